@@ -1,0 +1,166 @@
+//! Cron expressions as users write them, read in an IANA time zone.
+//!
+//! The `cron` crate reads day-of-week numbers the Quartz way (1 = Sunday). A 5-field
+//! crontab means the Unix way (0 or 7 = Sunday, 1 = Monday), so numeric day-of-week
+//! values of 5-field expressions are rewritten to names before parsing; 6- and
+//! 7-field expressions (with seconds) are passed through unchanged.
+
+use std::str::FromStr;
+
+use chrono::Utc;
+use chrono_tz::Tz;
+
+use crate::Timestamp;
+
+/// A parsed expression bound to its zone.
+#[derive(Debug, Clone)]
+pub struct CronSchedule {
+    schedule: cron::Schedule,
+    zone: Tz,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CronError {
+    #[error("cron expression {expr:?} has {fields} fields; expected 5 (crontab), 6 or 7 (with seconds)")]
+    FieldCount { expr: String, fields: usize },
+    #[error("cron expression {expr:?} is invalid: {reason}")]
+    Expression { expr: String, reason: String },
+    #[error("time zone {zone:?} is not an IANA zone name (e.g. Asia/Shanghai, UTC)")]
+    Zone { zone: String },
+}
+
+impl CronError {
+    /// The definition field at fault, relative to the trigger.
+    pub fn field(&self) -> &'static str {
+        match self {
+            CronError::Zone { .. } => "timezone",
+            _ => "cron",
+        }
+    }
+}
+
+impl CronSchedule {
+    /// # Errors
+    /// A wrong field count, an expression `cron` refuses, or an unknown zone.
+    pub fn parse(expr: &str, zone: &str) -> Result<Self, CronError> {
+        let zone: Tz = zone.parse().map_err(|_| CronError::Zone { zone: zone.to_owned() })?;
+        let fields: Vec<&str> = expr.split_whitespace().collect();
+        let normalized = match fields.len() {
+            5 => {
+                let dow = unix_day_of_week_to_names(fields[4])
+                    .ok_or_else(|| CronError::Expression { expr: expr.to_owned(), reason: "day of week must be 0-7 or a name".into() })?;
+                format!("0 {} {} {} {} {}", fields[0], fields[1], fields[2], fields[3], dow)
+            }
+            6 | 7 => fields.join(" "),
+            n => return Err(CronError::FieldCount { expr: expr.to_owned(), fields: n }),
+        };
+        let schedule = cron::Schedule::from_str(&normalized)
+            .map_err(|err| CronError::Expression { expr: expr.to_owned(), reason: err.to_string() })?;
+        Ok(Self { schedule, zone })
+    }
+
+    /// The first fire strictly after `after`.
+    pub fn next_after(&self, after: Timestamp) -> Option<Timestamp> {
+        let local = after.with_timezone(&self.zone);
+        self.schedule.after(&local).next().map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The next `count` fires after `after`, in UTC.
+    pub fn upcoming(&self, after: Timestamp, count: usize) -> Vec<Timestamp> {
+        let local = after.with_timezone(&self.zone);
+        self.schedule.after(&local).take(count).map(|t| t.with_timezone(&Utc)).collect()
+    }
+
+    pub fn zone(&self) -> Tz {
+        self.zone
+    }
+}
+
+/// Rewrites Unix day-of-week numbers (0-7, Sunday = 0 or 7) to names the `cron`
+/// crate reads unambiguously. `None` for a number out of range.
+fn unix_day_of_week_to_names(field: &str) -> Option<String> {
+    const NAMES: [&str; 8] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"];
+    let mut out = String::with_capacity(field.len() * 2);
+    let mut number = String::new();
+    let mut after_slash = false;
+    let flush = |number: &mut String, out: &mut String, after_slash: bool| -> Option<()> {
+        if number.is_empty() {
+            return Some(());
+        }
+        if after_slash {
+            out.push_str(number);
+        } else {
+            let n: usize = number.parse().ok()?;
+            out.push_str(NAMES.get(n)?);
+        }
+        number.clear();
+        Some(())
+    };
+    for ch in field.chars() {
+        if ch.is_ascii_digit() {
+            number.push(ch);
+            continue;
+        }
+        flush(&mut number, &mut out, after_slash)?;
+        match ch {
+            '/' => after_slash = true,
+            ',' => after_slash = false,
+            _ => {}
+        }
+        out.push(ch);
+    }
+    flush(&mut number, &mut out, after_slash)?;
+    // "FRI-SUN" (from 5-7 or 5-0) wraps past Saturday; spell it as two pieces.
+    Some(out.replace("-SUN", "-SAT,SUN"))
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Datelike, TimeZone, Timelike, Weekday};
+
+    use super::*;
+
+    fn at(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> Timestamp {
+        Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap()
+    }
+
+    #[test]
+    fn five_fields_fire_at_second_zero_in_the_zone() {
+        let s = CronSchedule::parse("0 2 * * *", "Asia/Shanghai").unwrap();
+        let next = s.next_after(at(2026, 6, 1, 0, 0)).unwrap();
+        // 02:00 in Shanghai is 18:00 UTC the day before.
+        assert_eq!(next, at(2026, 6, 1, 18, 0));
+    }
+
+    #[test]
+    fn unix_day_of_week_numbers_mean_what_crontab_means() {
+        // 2026-06-01 is a Monday.
+        let monday = CronSchedule::parse("0 9 * * 1", "UTC").unwrap();
+        assert_eq!(monday.next_after(at(2026, 5, 30, 0, 0)).unwrap().weekday(), Weekday::Mon);
+        for sunday in ["0 9 * * 0", "0 9 * * 7"] {
+            let s = CronSchedule::parse(sunday, "UTC").unwrap();
+            assert_eq!(s.next_after(at(2026, 6, 1, 0, 0)).unwrap().weekday(), Weekday::Sun);
+        }
+        let weekdays = CronSchedule::parse("0 9 * * 1-5", "UTC").unwrap();
+        let days: Vec<Weekday> = weekdays.upcoming(at(2026, 5, 31, 12, 0), 5).iter().map(|t| t.weekday()).collect();
+        assert_eq!(days, [Weekday::Mon, Weekday::Tue, Weekday::Wed, Weekday::Thu, Weekday::Fri]);
+        let weekend = CronSchedule::parse("0 9 * * 6-7", "UTC").unwrap();
+        let days: Vec<Weekday> = weekend.upcoming(at(2026, 6, 1, 0, 0), 2).iter().map(|t| t.weekday()).collect();
+        assert_eq!(days, [Weekday::Sat, Weekday::Sun]);
+    }
+
+    #[test]
+    fn six_fields_carry_seconds() {
+        let s = CronSchedule::parse("*/15 * * * * *", "UTC").unwrap();
+        let fires = s.upcoming(at(2026, 6, 1, 0, 0), 3);
+        assert_eq!(fires.iter().map(|t| t.second()).collect::<Vec<_>>(), [15, 30, 45]);
+    }
+
+    #[test]
+    fn bad_expressions_and_zones_say_which_field() {
+        assert_eq!(CronSchedule::parse("0 2 * *", "UTC").unwrap_err().field(), "cron");
+        assert_eq!(CronSchedule::parse("0 25 * * *", "UTC").unwrap_err().field(), "cron");
+        assert_eq!(CronSchedule::parse("0 2 * * 8", "UTC").unwrap_err().field(), "cron");
+        assert_eq!(CronSchedule::parse("0 2 * * *", "Mars/Olympus").unwrap_err().field(), "timezone");
+    }
+}
