@@ -67,6 +67,9 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub instance_id: InstanceId,
+    /// From the assignment; lets the scheduler find the retry policy without a read.
+    pub task: String,
+    pub task_version: u32,
     pub attempt: u32,
     pub worker_id: WorkerId,
     #[serde(flatten)]

@@ -1,1 +1,121 @@
-//! ax-store
+//! The MySQL projection: the authoritative record of tasks and instances.
+//!
+//! Every state change of an instance goes through [`Store::transition`]: it locks
+//! the rows, lets the pure state machine decide, writes the guarded `UPDATE … WHERE
+//! id = ? AND state = ? AND attempt = ?`, and appends the audit row and the outbox
+//! event, all in one transaction shared by the whole batch.
+//!
+//! # Layout
+//! - [`error`]: the store's error type and the MySQL error mapper
+//! - [`tasks`]: registration (versioned, under a row lock), lookup, lifecycle
+//! - [`instances`]: creation by trigger id, guarded transitions, queries
+//! - [`outbox`]: what the relay publishes
+//! - `queries/`: the SQL, one file per statement
+
+pub mod error;
+pub mod instances;
+pub mod outbox;
+pub mod tasks;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use ax_domain::subjects::Names;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::ConnectOptions;
+use tokio::sync::Notify;
+
+pub use error::StoreError;
+pub use instances::{
+    Applied, CreateOutcome, InstanceFilter, InstanceRecord, NewInstance, Refusal, TransitionRecord, TransitionRequest,
+};
+pub use outbox::OutboxRow;
+pub use tasks::{Registered, TaskRecord};
+
+/// The one migrator, shared by services and tests.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// A handle on the MySQL projection. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pool: MySqlPool,
+    names: Names,
+    /// Woken after every commit that wrote to the outbox, so an in-process relay
+    /// publishes at once instead of at its next poll.
+    outbox_written: Arc<Notify>,
+}
+
+impl Store {
+    /// Connects, creating the database named in the URL if it does not exist.
+    ///
+    /// # Errors
+    /// MySQL unreachable, credentials refused, or the database cannot be created.
+    pub async fn connect(url: &str, max_connections: u32, names: Names) -> Result<Self, StoreError> {
+        let options = MySqlConnectOptions::from_str(url).map_err(StoreError::Connect)?;
+        let options = options.timezone(Some("+00:00".to_owned())).log_statements(tracing::log::LevelFilter::Trace);
+        if let Some(database) = options.get_database().map(str::to_owned) {
+            create_database_if_missing(url, &database).await?;
+        }
+        let pool = MySqlPoolOptions::new()
+            .max_connections(max_connections)
+            .min_connections(1)
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .map_err(StoreError::Connect)?;
+        Ok(Self::from_pool(pool, names))
+    }
+
+    pub fn from_pool(pool: MySqlPool, names: Names) -> Self {
+        Self { pool, names, outbox_written: Arc::new(Notify::new()) }
+    }
+
+    /// Applies every pending migration.
+    ///
+    /// # Errors
+    /// A migration failed or the recorded history disagrees with the files.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(StoreError::Migrate)
+    }
+
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// Resolves when some commit wrote outbox rows (or spuriously).
+    pub fn outbox_written(&self) -> Arc<Notify> {
+        self.outbox_written.clone()
+    }
+
+    /// Whether MySQL answers, for health checks.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map(|_| ()).map_err(|e| StoreError::query("ping", e))
+    }
+}
+
+/// `CREATE DATABASE IF NOT EXISTS` through a connection without a default database.
+async fn create_database_if_missing(url: &str, database: &str) -> Result<(), StoreError> {
+    use sqlx::Connection;
+    let server_url = match url.rsplit_once('/') {
+        Some((server, _)) if server.contains("://") && !server.ends_with('/') => {
+            // Keep the query string (options) if there was one.
+            match url.split_once('?') {
+                Some((_, query)) => format!("{server}/?{query}"),
+                None => server.to_owned(),
+            }
+        }
+        _ => return Ok(()),
+    };
+    if database.contains('`') {
+        return Err(StoreError::InvalidDatabaseName(database.to_owned()));
+    }
+    let mut conn = sqlx::mysql::MySqlConnection::connect(&server_url).await.map_err(StoreError::Connect)?;
+    let sql = format!("CREATE DATABASE IF NOT EXISTS `{database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin");
+    sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut conn).await.map_err(|e| StoreError::query("create database", e))?;
+    conn.close().await.ok();
+    Ok(())
+}

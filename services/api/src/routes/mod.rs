@@ -1,0 +1,24 @@
+//! Routes, one module per resource.
+
+mod health;
+mod instances;
+mod schema;
+mod tasks;
+
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/tasks", get(tasks::list))
+        .route("/api/v1/tasks/{name}", get(tasks::get).put(tasks::put))
+        .route("/api/v1/tasks/{name}/trigger", post(tasks::trigger))
+        .route("/api/v1/instances", get(instances::list))
+        .route("/api/v1/instances/{id}", get(instances::get))
+        .route("/api/v1/instances/{id}/transitions", get(instances::transitions))
+        .route("/api/v1/schema/task", get(schema::task))
+        .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics))
+}

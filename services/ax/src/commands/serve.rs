@@ -1,0 +1,135 @@
+//! The long-running subcommands. Each reads as a boot sequence: connect, migrate or
+//! apply definitions, spawn, wait for a signal, drain.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use ax_bus::Bus;
+use ax_queue::WorkerQueues;
+use ax_runtime::Config;
+use ax_store::Store;
+use tokio_util::sync::CancellationToken;
+
+async fn store(config: &Config) -> anyhow::Result<Store> {
+    Store::connect(config.mysql.mysql_url.expose(), config.mysql.mysql_max_connections, config.nats.names())
+        .await
+        .with_context(|| format!("connecting to MySQL at {} (is it running? scripts/services starts it)", config.mysql.mysql_url))
+}
+
+async fn bus(config: &Config, name: &str) -> anyhow::Result<Bus> {
+    Bus::connect(config.nats.nats_url.expose(), config.nats.names(), name)
+        .await
+        .with_context(|| format!("connecting to NATS at {} (is it running with JetStream? scripts/services starts it)", config.nats.nats_url))
+}
+
+async fn queues(config: &Config) -> anyhow::Result<WorkerQueues> {
+    WorkerQueues::connect(config.redis.redis_url.expose(), config.nats.names())
+        .await
+        .with_context(|| format!("connecting to Redis at {} (is it running? scripts/services starts it)", config.redis.redis_url))
+}
+
+fn shutdown_on_signals() -> CancellationToken {
+    let root = CancellationToken::new();
+    ax_runtime::shutdown::on_signals(root.clone());
+    root
+}
+
+pub async fn migrate(config: Config) -> anyhow::Result<ExitCode> {
+    store(&config).await?.migrate().await.context("applying migrations")?;
+    println!("migrations applied");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn nats_apply(config: Config) -> anyhow::Result<ExitCode> {
+    let bus = bus(&config, "ax nats apply").await?;
+    bus.apply_definitions().await.context("applying NATS definitions")?;
+    for stream in bus.stream_configs()? {
+        println!("stream {} applied ({})", stream.name, stream.subjects.join(", "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn scheduler(config: Config) -> anyhow::Result<ExitCode> {
+    let deps = ax_scheduler::Deps { store: store(&config).await?, bus: bus(&config, "ax scheduler").await?, queues: queues(&config).await? };
+    ax_scheduler::run(config, deps, shutdown_on_signals()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn api(config: Config) -> anyhow::Result<ExitCode> {
+    let bus = bus(&config, "ax api").await?;
+    bus.apply_definitions().await.context("applying NATS definitions")?;
+    let state = ax_api::AppState { store: store(&config).await?, bus, metrics: ax_runtime::telemetry::prometheus() };
+    ax_api::run(config.http.http_addr, state, shutdown_on_signals()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn builtin_worker(config: Config) -> ax_worker::Worker {
+    ax_worker::Worker::builder(config)
+        .handler("shell", ax_worker::handlers::shell())
+        .handler("noop", ax_worker::handlers::noop())
+        .build()
+}
+
+pub async fn worker(config: Config) -> anyhow::Result<ExitCode> {
+    let worker = builtin_worker(config);
+    worker.run(shutdown_on_signals()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The demo task `ax dev` registers.
+const DEMO_TASK: &str = r#"{
+  "task_name": "demo_hello",
+  "owner": "you",
+  "description": "Prints a greeting; try triggering it",
+  "triggers": [{"type": "event"}],
+  "execution": {
+    "handler": "shell",
+    "config": {"command": "echo \"hello from attempt $AX_ATTEMPT of $AX_INSTANCE_ID with $AX_PARAMS\""},
+    "timeout": 60,
+    "retry": {"max_attempts": 3, "backoff": "exp", "initial_interval_sec": 5}
+  }
+}"#;
+
+pub async fn dev(config: Config) -> anyhow::Result<ExitCode> {
+    let _ = ax_runtime::telemetry::prometheus();
+    let store = store(&config).await?;
+    store.migrate().await.context("applying migrations")?;
+    let bus = bus(&config, "ax dev").await?;
+    bus.apply_definitions().await.context("applying NATS definitions")?;
+    let queues = queues(&config).await?;
+    let shutdown = shutdown_on_signals();
+
+    let definition = ax_domain::task::TaskDefinition::from_json(DEMO_TASK.as_bytes()).expect("the demo task is valid");
+    let demo = store.register_task(&definition, "ax dev").await.context("registering the demo task")?;
+
+    let mut services = tokio::task::JoinSet::new();
+    let deps = ax_scheduler::Deps { store: store.clone(), bus: bus.clone(), queues };
+    services.spawn(ax_scheduler::run(config.clone(), deps, shutdown.child_token()));
+    let state = ax_api::AppState { store, bus: bus.clone(), metrics: ax_runtime::telemetry::prometheus() };
+    services.spawn(ax_api::run(config.http.http_addr, state, shutdown.child_token()));
+    let worker = builtin_worker(config.clone());
+    services.spawn(worker.run_with(bus, shutdown.child_token()));
+
+    let api = &config.http.api_url;
+    let ns = config.nats.names();
+    println!(
+        "\nAX is running (namespace {ns}, demo task demo_hello v{version}). Try:\n\
+         \n  curl -s -X POST {api}/api/v1/tasks/demo_hello/trigger -d '{{\"params\": {{\"order\": 42}}}}'\
+         \n  ax trigger demo_hello --params '{{\"order\": 42}}'\
+         \n  ax events tail                      # every transition, live, as JSON lines\
+         \n  ax instance <instance id>           # state, worker and audit trail\
+         \n  curl -s {api}/api/v1/tasks | jq\
+         \n  curl -s {api}/api/v1/schema/task    # the JSON Schema of a definition\
+         \n  curl -s {api}/metrics\
+         \n\nCtrl-C stops everything.\n",
+        ns = ns.namespace(),
+        version = demo.task.version,
+    );
+    while let Some(done) = services.join_next().await {
+        if let Ok(Err(err)) = done {
+            tracing::error!(error = ?err, "a service failed; shutting down");
+            shutdown.cancel();
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

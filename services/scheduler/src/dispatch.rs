@@ -1,0 +1,155 @@
+//! The dispatcher: due CREATED instances go to the least-loaded eligible worker.
+//!
+//! One pass: read due instances (urgent first, then oldest due), choose a worker
+//! for each from the registry and the load MySQL reports, commit all the
+//! CREATED → DISPATCHED transitions in one transaction, then push the assignments
+//! to the workers' Redis queues. The push happens after the commit, so a worker
+//! never runs something MySQL does not say it holds; if the push fails, the
+//! instance's lease runs out and it is recovered.
+//!
+//! An instance no worker can take stays CREATED (backlog) and goes out as soon as
+//! one appears: a heartbeat from a new worker wakes the dispatcher.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ax_domain::protocol::Assignment;
+use ax_domain::state::Command;
+use ax_store::TransitionRequest;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::registry::eligible;
+use crate::{metrics, Shared};
+
+const BATCH: u32 = 512;
+
+pub(crate) async fn subscribe(shared: &Shared) -> Result<async_nats::Subscriber, async_nats::SubscribeError> {
+    shared.deps.bus.client.subscribe(shared.deps.bus.names.dispatch_kick()).await
+}
+
+/// Tells every scheduler replica's dispatcher that work may be ready.
+pub(crate) async fn kick(shared: &Shared) {
+    shared.dispatch_wake.notify_one();
+    let _ = shared.deps.bus.client.publish(shared.deps.bus.names.dispatch_kick(), bytes::Bytes::new()).await;
+}
+
+pub(crate) async fn run(shared: Shared, mut kicks: async_nats::Subscriber, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let interval = shared.config.scheduler.dispatch_interval.0;
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            _ = shared.dispatch_wake.notified() => {}
+            Some(_) = kicks.next() => {}
+            _ = tokio::time::sleep(interval) => {}
+        }
+        // Drain: keep passing while passes are full.
+        loop {
+            match pass(&shared).await {
+                Ok(moved) if moved >= BATCH as usize => continue,
+                Ok(_) => break,
+                Err(err) => {
+                    tracing::warn!(error = ?err, "dispatch pass failed");
+                    ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "dispatch").increment(1);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One dispatch pass; returns how many instances it looked at.
+async fn pass(shared: &Shared) -> anyhow::Result<usize> {
+    let store = &shared.deps.store;
+    let now = ax_domain::now();
+    release_due_retries(shared, now).await?;
+
+    let due = store.due_instances(now, BATCH).await?;
+    if due.is_empty() {
+        return Ok(0);
+    }
+    let workers = shared.registry.alive_workers(now);
+    let mut load: HashMap<String, u32> = store.held_by_worker().await?.into_iter().collect();
+    let lease = chrono::TimeDelta::from_std(shared.config.scheduler.lease.0)?;
+
+    let mut requests = Vec::new();
+    let mut planned = Vec::new();
+    for instance in &due {
+        let Some(definition) = shared.tasks.get(&instance.task_id, instance.task_version).await? else {
+            tracing::error!(instance_id = %instance.id, task = %instance.task_name, version = instance.task_version, "instance names a task version that does not exist");
+            continue;
+        };
+        // Least running among the eligible workers with a free slot.
+        let choice = workers
+            .iter()
+            .filter(|w| eligible(&w.heartbeat, &definition))
+            .filter(|w| load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0) < w.heartbeat.max_running)
+            .min_by_key(|w| (load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0), w.heartbeat.worker_id.clone()));
+        let Some(worker) = choice else {
+            ::metrics::counter!(metrics::DISPATCH_NO_WORKER, "task" => instance.task_name.clone()).increment(1);
+            continue;
+        };
+        let worker_id = worker.heartbeat.worker_id.clone();
+        *load.entry(worker_id.as_str().to_owned()).or_default() += 1;
+        requests.push(TransitionRequest {
+            instance_id: instance.id.clone(),
+            command: Command::Dispatch { worker_id: worker_id.clone(), lease_expires_at: now + lease },
+            operator: "scheduler".into(),
+            result: None,
+        });
+        planned.push((instance, definition, worker_id));
+    }
+    if requests.is_empty() {
+        return Ok(due.len());
+    }
+    let outcomes = store.transition(&requests).await?;
+    let mut assignments = Vec::with_capacity(outcomes.len());
+    for ((instance, definition, worker_id), outcome) in planned.into_iter().zip(outcomes) {
+        match outcome {
+            Ok(applied) => {
+                ::metrics::counter!(metrics::DISPATCHED, "task" => instance.task_name.clone()).increment(1);
+                assignments.push((
+                    worker_id.as_str().to_owned(),
+                    Assignment {
+                        instance_id: applied.instance.id.clone(),
+                        task: applied.instance.task_name.clone(),
+                        task_version: applied.instance.task_version,
+                        attempt: applied.instance.attempt,
+                        handler: definition.execution.handler.clone(),
+                        config: definition.execution.config.clone(),
+                        params: applied.instance.params.clone(),
+                        payload_version: applied.instance.payload_version,
+                        timeout_sec: definition.execution.timeout,
+                        priority: applied.instance.priority,
+                        trace_id: applied.instance.trace_id.clone(),
+                        dispatched_at: now,
+                    },
+                ));
+            }
+            // Someone else moved it first (cancelled, or another dispatcher): fine.
+            Err(refusal) => tracing::debug!(instance_id = %instance.id, reason = %refusal, "dispatch refused"),
+        }
+    }
+    if let Err(err) = shared.deps.queues.push(&assignments).await {
+        tracing::warn!(error = %err, count = assignments.len(), "pushing assignments failed; their leases will expire and they will be recovered");
+        ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "queue_push").increment(1);
+    }
+    Ok(due.len())
+}
+
+/// RETRYING instances whose back-off has passed begin their next attempt.
+async fn release_due_retries(shared: &Shared, now: ax_domain::Timestamp) -> anyhow::Result<()> {
+    let due = shared.deps.store.due_retries(now, BATCH).await?;
+    if due.is_empty() {
+        return Ok(());
+    }
+    let requests: Vec<TransitionRequest> = due
+        .into_iter()
+        .map(|instance_id| TransitionRequest { instance_id, command: Command::NextAttempt, operator: "scheduler".into(), result: None })
+        .collect();
+    shared.deps.store.transition(&requests).await?;
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! Task versions never change once written, so the scheduler caches them forever.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ax_domain::ids::TaskId;
+use ax_domain::task::TaskDefinition;
+use ax_store::{Store, StoreError};
+
+#[derive(Clone)]
+pub struct TaskCache {
+    store: Store,
+    versions: Arc<Mutex<HashMap<(TaskId, u32), Arc<TaskDefinition>>>>,
+    by_name: Arc<Mutex<HashMap<(String, u32), Arc<TaskDefinition>>>>,
+}
+
+impl TaskCache {
+    pub fn new(store: Store) -> Self {
+        Self { store, versions: Arc::default(), by_name: Arc::default() }
+    }
+
+    /// The definition of `task_id` at `version`; `None` if it was never written.
+    pub async fn get(&self, task_id: &TaskId, version: u32) -> Result<Option<Arc<TaskDefinition>>, StoreError> {
+        let key = (task_id.clone(), version);
+        if let Some(found) = self.versions.lock().expect("task cache lock").get(&key) {
+            return Ok(Some(found.clone()));
+        }
+        let Some(definition) = self.store.task_version(task_id, version).await? else { return Ok(None) };
+        let definition = Arc::new(definition);
+        self.versions.lock().expect("task cache lock").insert(key, definition.clone());
+        Ok(Some(definition))
+    }
+
+    /// The same, by task name (what a worker's report carries).
+    pub async fn get_by_name(&self, task: &str, version: u32) -> Result<Option<Arc<TaskDefinition>>, StoreError> {
+        let key = (task.to_owned(), version);
+        if let Some(found) = self.by_name.lock().expect("task cache lock").get(&key) {
+            return Ok(Some(found.clone()));
+        }
+        let Some(definition) = self.store.task_version_by_name(task, version).await? else { return Ok(None) };
+        let definition = Arc::new(definition);
+        self.by_name.lock().expect("task cache lock").insert(key, definition.clone());
+        Ok(Some(definition))
+    }
+}

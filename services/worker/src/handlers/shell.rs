@@ -1,0 +1,81 @@
+//! `shell`: runs `execution.config.command` with `sh -c`.
+//!
+//! The command sees `AX_INSTANCE_ID`, `AX_TASK`, `AX_ATTEMPT`, `AX_TRACE_ID` and
+//! `AX_PARAMS` (the trigger's params as JSON). Exit 0 is success; any other exit
+//! fails the attempt with the code and the end of stderr as the reason. Exit codes
+//! listed in `execution.config.abort_exit_codes` fail without retry.
+
+use std::process::Stdio;
+use std::sync::Arc;
+
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+
+use crate::context::{handler_fn, Handler, TaskContext, TaskError};
+
+/// How much of stderr a failure reason keeps.
+const STDERR_TAIL: usize = 1024;
+
+pub fn shell() -> Arc<dyn Handler> {
+    handler_fn(run)
+}
+
+async fn run(ctx: TaskContext) -> Result<Option<serde_json::Value>, TaskError> {
+    let command = ctx
+        .config
+        .get("command")
+        .and_then(|c| c.as_str())
+        .ok_or_else(|| TaskError::abort("execution.config.command is missing"))?
+        .to_owned();
+    let abort_codes: Vec<i64> = ctx
+        .config
+        .get("abort_exit_codes")
+        .and_then(|c| c.as_array())
+        .map(|codes| codes.iter().filter_map(|c| c.as_i64()).collect())
+        .unwrap_or_default();
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .env("AX_INSTANCE_ID", ctx.instance_id.as_str())
+        .env("AX_TASK", &ctx.task)
+        .env("AX_ATTEMPT", ctx.attempt.to_string())
+        .env("AX_TRACE_ID", ctx.trace_id.as_str())
+        .env("AX_PARAMS", ctx.params.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|err| TaskError::retry(format!("cannot start sh: {err}")))?;
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let collect_stderr = tokio::spawn(async move {
+        let mut buf = Vec::new();
+        let _ = stderr.read_to_end(&mut buf).await;
+        buf
+    });
+    let status = tokio::select! {
+        status = child.wait() => status.map_err(|err| TaskError::retry(format!("waiting for sh failed: {err}")))?,
+        _ = ctx.cancellation.cancelled() => {
+            let _ = child.kill().await;
+            return Err(TaskError::retry("cancelled; the process was killed"));
+        }
+    };
+    let stderr = collect_stderr.await.unwrap_or_default();
+    if status.success() {
+        return Ok(None);
+    }
+    let tail = String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(STDERR_TAIL)..]).trim().to_owned();
+    let code = status.code();
+    let mut reason = match code {
+        Some(code) => format!("exit code {code}"),
+        None => "killed by a signal".to_owned(),
+    };
+    if !tail.is_empty() {
+        reason.push_str(": ");
+        reason.push_str(&tail);
+    }
+    match code {
+        Some(code) if abort_codes.contains(&i64::from(code)) => Err(TaskError::Abort { reason }),
+        _ => Err(TaskError::Retry { reason }),
+    }
+}

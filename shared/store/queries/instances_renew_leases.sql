@@ -1,0 +1,3 @@
+UPDATE instances
+SET lease_expires_at = ?
+WHERE worker_id = ? AND state IN ('DISPATCHED', 'RUNNING') AND lease_expires_at < ?

@@ -1,0 +1,1 @@
+SELECT definition FROM task_versions WHERE task_id = ? AND version = ?

@@ -1,0 +1,2 @@
+INSERT INTO task_versions (task_id, version, definition, operator, created_at)
+VALUES (?, ?, ?, ?, ?)

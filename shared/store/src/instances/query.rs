@@ -1,0 +1,120 @@
+//! Reading instances and their audit trail.
+
+use ax_domain::ids::InstanceId;
+use ax_domain::state::StateKind;
+use ax_domain::Timestamp;
+use sqlx::{FromRow, QueryBuilder};
+
+use super::{InstanceRecord, InstanceRow, INSTANCE_COLUMNS};
+use crate::error::{Context, StoreError};
+use crate::Store;
+
+/// Which instances to list; newest first.
+#[derive(Debug, Clone, Default)]
+pub struct InstanceFilter {
+    pub task: Option<String>,
+    pub state: Option<StateKind>,
+    /// Only instances older than this id (for paging).
+    pub before: Option<InstanceId>,
+    pub limit: u32,
+}
+
+/// One row of the audit trail.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, FromRow)]
+pub struct TransitionRecord {
+    pub seq: u32,
+    pub event_id: String,
+    pub attempt: u32,
+    pub from_state: Option<String>,
+    pub to_state: String,
+    pub operator: String,
+    pub reason: String,
+    pub worker_id: Option<String>,
+    pub created_at: Timestamp,
+}
+
+impl Store {
+    pub async fn instance(&self, id: &InstanceId) -> Result<Option<InstanceRecord>, StoreError> {
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = ?");
+        let row: Option<InstanceRow> =
+            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(id.as_str()).fetch_optional(&self.pool).await.at("get instance")?;
+        row.map(InstanceRecord::try_from).transpose()
+    }
+
+    pub async fn instances(&self, filter: &InstanceFilter) -> Result<Vec<InstanceRecord>, StoreError> {
+        let mut query = QueryBuilder::new(format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1"));
+        if let Some(task) = &filter.task {
+            query.push(" AND task_name = ").push_bind(task.clone());
+        }
+        if let Some(state) = filter.state {
+            query.push(" AND state = ").push_bind(state.as_str());
+        }
+        if let Some(before) = &filter.before {
+            query.push(" AND id < ").push_bind(before.as_str().to_owned());
+        }
+        query.push(" ORDER BY id DESC LIMIT ").push_bind(filter.limit.clamp(1, 1000));
+        let rows: Vec<InstanceRow> = query.build_query_as().fetch_all(&self.pool).await.at("list instances")?;
+        rows.into_iter().map(InstanceRecord::try_from).collect()
+    }
+
+    /// The audit trail of one instance, in order.
+    pub async fn transitions(&self, id: &InstanceId) -> Result<Vec<TransitionRecord>, StoreError> {
+        sqlx::query_as(include_str!("../../queries/transitions_of_instance.sql"))
+            .bind(id.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .at("list transitions")
+    }
+
+    /// Instances ready to go to a worker: CREATED and due, urgent first, then oldest due.
+    pub async fn due_instances(&self, now: Timestamp, limit: u32) -> Result<Vec<InstanceRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE state = 'CREATED' AND due_at <= ? ORDER BY priority, due_at LIMIT ?"
+        );
+        let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .at("list due instances")?;
+        rows.into_iter().map(InstanceRecord::try_from).collect()
+    }
+}
+
+impl Store {
+    /// Extends the lease of everything `worker` holds; a heartbeat is proof of life.
+    /// Not a transition: no state changes, so no event.
+    pub async fn renew_leases(&self, worker: &str, until: Timestamp) -> Result<u64, StoreError> {
+        let done = sqlx::query(include_str!("../../queries/instances_renew_leases.sql"))
+            .bind(until)
+            .bind(worker)
+            .bind(until)
+            .execute(&self.pool)
+            .await
+            .at("renew leases")?;
+        Ok(done.rows_affected())
+    }
+
+    /// How many instances each worker holds (DISPATCHED or RUNNING): the load the
+    /// dispatcher balances, read from the authority rather than guessed.
+    pub async fn held_by_worker(&self) -> Result<Vec<(String, u32)>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(include_str!("../../queries/instances_held_by_worker.sql"))
+            .fetch_all(&self.pool)
+            .await
+            .at("count held instances")?;
+        Ok(rows.into_iter().map(|(w, n)| (w, n.max(0) as u32)).collect())
+    }
+
+    /// RETRYING instances whose next attempt is due.
+    pub async fn due_retries(&self, now: Timestamp, limit: u32) -> Result<Vec<InstanceId>, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar(include_str!("../../queries/instances_due_retries.sql"))
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .at("list due retries")?;
+        ids.into_iter()
+            .map(|id| id.parse().map_err(|e: ax_domain::ids::InvalidId| StoreError::Corrupt { what: "instances", reason: e.to_string() }))
+            .collect()
+    }
+}

@@ -1,0 +1,187 @@
+//! The guarded transition: the only way an instance changes state.
+
+use std::collections::HashMap;
+
+use ax_domain::event::InstanceTransitioned;
+use ax_domain::ids::InstanceId;
+use ax_domain::state::{apply, Command, InstanceState, Snapshot, TransitionError};
+use ax_domain::Timestamp;
+use sqlx::QueryBuilder;
+
+use super::create::{append_events, truncate};
+use super::{InstanceRecord, InstanceRow, INSTANCE_COLUMNS};
+use crate::error::{retry_busy, Context, StoreError};
+use crate::Store;
+
+/// A request to move one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransitionRequest {
+    pub instance_id: InstanceId,
+    pub command: Command,
+    /// Who asks: `scheduler`, `worker:<id>`, `api`, … (recorded in the audit trail).
+    pub operator: String,
+    /// A handler's result, stored with a success.
+    pub result: Option<serde_json::Value>,
+}
+
+/// A committed transition: the instance after it and the event it emitted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub instance: InstanceRecord,
+    pub event: InstanceTransitioned,
+}
+
+/// Why a request changed nothing.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    #[error("instance not found")]
+    NotFound,
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+}
+
+impl Store {
+    /// Applies a batch of transitions in one transaction. Each request is decided on
+    /// its own (one refused request does not stop the others); requests for the same
+    /// instance apply in order.
+    ///
+    /// # Errors
+    /// MySQL failures, after retrying lock conflicts; nothing of the batch is written then.
+    pub async fn transition(&self, batch: &[TransitionRequest]) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let outcomes = retry_busy(|| self.transition_once(batch)).await?;
+        if outcomes.iter().any(Result::is_ok) {
+            self.outbox_written.notify_one();
+        }
+        Ok(outcomes)
+    }
+
+    async fn transition_once(&self, batch: &[TransitionRequest]) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
+        let now = ax_domain::now();
+        let mut ids: Vec<&str> = batch.iter().map(|r| r.instance_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+
+        let mut tx = self.pool.begin().await.at("begin transition")?;
+        // Locks in primary-key order, so concurrent batches cannot deadlock each other.
+        let mut select = QueryBuilder::new(format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id IN ("));
+        let mut list = select.separated(", ");
+        for id in &ids {
+            list.push_bind(id.to_string());
+        }
+        select.push(") ORDER BY id FOR UPDATE");
+        let rows: Vec<InstanceRow> = select.build_query_as().fetch_all(&mut *tx).await.at("lock instances")?;
+        let mut current: HashMap<InstanceId, InstanceRecord> = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let record = InstanceRecord::try_from(row)?;
+            current.insert(record.id.clone(), record);
+        }
+
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut events = Vec::new();
+        for request in batch {
+            let Some(before) = current.get(&request.instance_id) else {
+                outcomes.push(Err(Refusal::NotFound));
+                continue;
+            };
+            let snapshot = Snapshot { state: before.state.clone(), attempt: before.attempt };
+            let moved = match apply(snapshot, request.command.clone(), now) {
+                Ok(moved) => moved,
+                Err(err) => {
+                    outcomes.push(Err(Refusal::Transition(err)));
+                    continue;
+                }
+            };
+            let after = next_record(before, &moved.state, moved.attempt, &moved.reason, request.result.clone(), now);
+            write_guarded(&mut tx, before, &after).await?;
+            let event = InstanceTransitioned {
+                task: after.task_name.clone(),
+                task_version: after.task_version,
+                instance_id: after.id.clone(),
+                attempt: after.attempt,
+                seq: after.seq,
+                from: Some(moved.from),
+                to: after.state.kind(),
+                operator: request.operator.clone(),
+                reason: after.reason.clone(),
+                worker_id: after.last_worker_id.clone(),
+                trigger_type: after.trigger_type,
+                trigger_id: after.trigger_id.clone(),
+                trace_id: after.trace_id.clone(),
+            };
+            events.push(event.clone());
+            current.insert(after.id.clone(), after.clone());
+            outcomes.push(Ok(Applied { instance: after, event }));
+        }
+        if !events.is_empty() {
+            append_events(&mut tx, self, &events, now).await?;
+        }
+        tx.commit().await.at("commit transition")?;
+        Ok(outcomes)
+    }
+}
+
+/// The record after a move: every column that depends on the state follows it.
+fn next_record(
+    before: &InstanceRecord,
+    state: &InstanceState,
+    attempt: u32,
+    reason: &str,
+    result: Option<serde_json::Value>,
+    now: Timestamp,
+) -> InstanceRecord {
+    let mut after = before.clone();
+    after.state = state.clone();
+    after.attempt = attempt;
+    after.seq = before.seq + 1;
+    after.reason = truncate(reason);
+    after.updated_at = now;
+    if let Some(worker) = state.worker_id() {
+        after.last_worker_id = Some(worker.clone());
+    }
+    match state {
+        InstanceState::Running(running) => after.started_at = Some(running.started_at),
+        InstanceState::Retrying(retrying) => after.due_at = retrying.next_attempt_at,
+        InstanceState::Finished(finished) => after.finished_at = Some(finished.finished_at),
+        _ => {}
+    }
+    if result.is_some() {
+        after.result = result;
+    }
+    after
+}
+
+/// `UPDATE … WHERE id = ? AND state = ? AND attempt = ?`: the row is locked already,
+/// so the guard cannot fail unless something bypassed the lock — which is reported.
+async fn write_guarded(conn: &mut sqlx::MySqlConnection, before: &InstanceRecord, after: &InstanceRecord) -> Result<(), StoreError> {
+    let held = after.state.worker_id().map(|w| w.as_str().to_owned());
+    // A final or waiting instance keeps the last worker for the record, but no lease.
+    let worker = held.or_else(|| after.last_worker_id.as_ref().map(|w| w.as_str().to_owned()));
+    let done = sqlx::query(include_str!("../../queries/instance_guarded_update.sql"))
+        .bind(after.state.kind().as_str())
+        .bind(after.attempt)
+        .bind(after.seq)
+        .bind(worker)
+        .bind(after.state.lease_expires_at())
+        .bind(after.started_at)
+        .bind(after.finished_at)
+        .bind(after.due_at)
+        .bind(&after.reason)
+        .bind(after.result.as_ref().map(|r| r.to_string()))
+        .bind(after.updated_at)
+        .bind(before.id.as_str())
+        .bind(before.state.kind().as_str())
+        .bind(before.attempt)
+        .execute(conn)
+        .await
+        .at("guarded update")?;
+    if done.rows_affected() != 1 {
+        return Err(StoreError::Corrupt {
+            what: "instances",
+            reason: format!("guarded update of {} matched {} rows under lock", before.id, done.rows_affected()),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,226 @@
+//! Task registration and lookup. Registration takes the task row's lock (seed 2.2),
+//! so concurrent updates of one task serialize and each gets its own version.
+
+use ax_domain::event::{Event, EventBody, TaskAction, TaskChanged};
+use ax_domain::ids::{EventId, TaskId};
+use ax_domain::task::TaskDefinition;
+use ax_domain::Timestamp;
+use sqlx::{FromRow, MySqlConnection};
+
+use crate::error::{retry_busy, Context, StoreError};
+use crate::Store;
+
+/// A task as stored: its current definition and lifecycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRecord {
+    pub id: TaskId,
+    pub name: String,
+    pub version: u32,
+    pub enabled: bool,
+    pub definition: TaskDefinition,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+#[derive(FromRow)]
+struct TaskRow {
+    id: String,
+    name: String,
+    version: u32,
+    enabled: bool,
+    definition: String,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    deleted_at: Option<Timestamp>,
+}
+
+impl TryFrom<TaskRow> for TaskRecord {
+    type Error = StoreError;
+    fn try_from(row: TaskRow) -> Result<Self, StoreError> {
+        let corrupt = |reason: String| StoreError::Corrupt { what: "tasks", reason };
+        Ok(Self {
+            id: row.id.parse().map_err(|e: ax_domain::ids::InvalidId| corrupt(e.to_string()))?,
+            definition: serde_json::from_str(&row.definition).map_err(|e| corrupt(format!("definition of {}: {e}", row.name)))?,
+            name: row.name,
+            version: row.version,
+            enabled: row.enabled,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+/// What a registration did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registered {
+    pub task: TaskRecord,
+    /// `None` when the definition was identical to the current one: nothing changed.
+    pub action: Option<TaskAction>,
+}
+
+impl Store {
+    /// Registers a new task or a new version of an existing one. Re-registering an
+    /// identical definition changes nothing and returns the current version.
+    ///
+    /// # Errors
+    /// MySQL failures; lock conflicts are retried first.
+    pub async fn register_task(&self, definition: &TaskDefinition, operator: &str) -> Result<Registered, StoreError> {
+        let registered = retry_busy(|| async {
+            match self.register_once(definition, operator).await {
+                // Two first registrations raced on the unique name: the loser retries
+                // and finds the winner's row to lock.
+                Err(StoreError::Conflict { .. }) => Err(StoreError::Busy { what: "register task" }),
+                other => other,
+            }
+        })
+        .await?;
+        if registered.action.is_some() {
+            self.outbox_written.notify_one();
+        }
+        Ok(registered)
+    }
+
+    async fn register_once(&self, definition: &TaskDefinition, operator: &str) -> Result<Registered, StoreError> {
+        let now = ax_domain::now();
+        let json = definition.to_json();
+        let mut tx = self.pool.begin().await.at("begin register task")?;
+        let current: Option<TaskRow> = sqlx::query_as(include_str!("../queries/task_lock_by_name.sql"))
+            .bind(&definition.task_name)
+            .fetch_optional(&mut *tx)
+            .await
+            .at("lock task row")?;
+        let (id, version, created_at, action) = match current {
+            None => {
+                let id = TaskId::generate();
+                sqlx::query(include_str!("../queries/task_insert.sql"))
+                    .bind(id.as_str())
+                    .bind(&definition.task_name)
+                    .bind(&definition.owner)
+                    .bind(&json)
+                    .bind(now)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .at("insert task")?;
+                (id, 1, now, TaskAction::Registered)
+            }
+            Some(row) => {
+                let unchanged = row.deleted_at.is_none()
+                    && serde_json::from_str::<TaskDefinition>(&row.definition).ok().as_ref() == Some(definition);
+                if unchanged {
+                    tx.commit().await.at("commit register task")?;
+                    return Ok(Registered { task: row.try_into()?, action: None });
+                }
+                let version = row.version + 1;
+                let action = if row.deleted_at.is_some() { TaskAction::Registered } else { TaskAction::Updated };
+                sqlx::query(include_str!("../queries/task_update_definition.sql"))
+                    .bind(version)
+                    .bind(&definition.owner)
+                    .bind(&json)
+                    .bind(now)
+                    .bind(&row.id)
+                    .execute(&mut *tx)
+                    .await
+                    .at("update task")?;
+                let id = row.id.parse().map_err(|e: ax_domain::ids::InvalidId| StoreError::Corrupt { what: "tasks", reason: e.to_string() })?;
+                (id, version, row.created_at, action)
+            }
+        };
+        sqlx::query(include_str!("../queries/task_version_insert.sql"))
+            .bind(id.as_str())
+            .bind(version)
+            .bind(&json)
+            .bind(operator)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .at("insert task version")?;
+        let change = TaskChanged { task: definition.task_name.clone(), task_version: version, action, operator: operator.to_owned() };
+        insert_task_event(&mut tx, self, change, now).await?;
+        tx.commit().await.at("commit register task")?;
+        let task = TaskRecord {
+            id,
+            name: definition.task_name.clone(),
+            version,
+            enabled: true,
+            definition: definition.clone(),
+            created_at,
+            updated_at: now,
+        };
+        Ok(Registered { task, action: Some(action) })
+    }
+
+    /// The current definition of a task that is not deleted.
+    pub async fn task(&self, name: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let row: Option<TaskRow> =
+            sqlx::query_as(include_str!("../queries/task_by_name.sql")).bind(name).fetch_optional(&self.pool).await.at("get task")?;
+        row.map(TaskRecord::try_from).transpose()
+    }
+
+    pub async fn tasks(&self) -> Result<Vec<TaskRecord>, StoreError> {
+        let rows: Vec<TaskRow> = sqlx::query_as(include_str!("../queries/task_list.sql")).fetch_all(&self.pool).await.at("list tasks")?;
+        rows.into_iter().map(TaskRecord::try_from).collect()
+    }
+
+    /// The definitions of several tasks at once (trigger intake resolves a batch).
+    pub async fn tasks_by_names(&self, names: &[&str]) -> Result<Vec<TaskRecord>, StoreError> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut query = sqlx::QueryBuilder::new(
+            "SELECT id, name, version, enabled, definition, created_at, updated_at, deleted_at FROM tasks WHERE deleted_at IS NULL AND name IN (",
+        );
+        let mut list = query.separated(", ");
+        for name in names {
+            list.push_bind(name.to_string());
+        }
+        query.push(")");
+        let rows: Vec<TaskRow> = query.build_query_as().fetch_all(&self.pool).await.at("get tasks by name")?;
+        rows.into_iter().map(TaskRecord::try_from).collect()
+    }
+
+    /// The definition an instance was created with. Versions never change, so
+    /// callers may cache the answer forever.
+    pub async fn task_version(&self, task_id: &TaskId, version: u32) -> Result<Option<TaskDefinition>, StoreError> {
+        let json: Option<String> = sqlx::query_scalar(include_str!("../queries/task_version_definition.sql"))
+            .bind(task_id.as_str())
+            .bind(version)
+            .fetch_optional(&self.pool)
+            .await
+            .at("get task version")?;
+        json.map(|j| serde_json::from_str(&j).map_err(|e| StoreError::Corrupt { what: "task_versions", reason: e.to_string() }))
+            .transpose()
+    }
+}
+
+impl Store {
+    /// [`Store::task_version`] by task name.
+    pub async fn task_version_by_name(&self, task: &str, version: u32) -> Result<Option<TaskDefinition>, StoreError> {
+        let json: Option<String> = sqlx::query_scalar(include_str!("../queries/task_version_by_name.sql"))
+            .bind(task)
+            .bind(version)
+            .fetch_optional(&self.pool)
+            .await
+            .at("get task version by name")?;
+        json.map(|j| serde_json::from_str(&j).map_err(|e| StoreError::Corrupt { what: "task_versions", reason: e.to_string() }))
+            .transpose()
+    }
+}
+
+async fn insert_task_event(conn: &mut MySqlConnection, store: &Store, change: TaskChanged, now: Timestamp) -> Result<(), StoreError> {
+    let subject = store.names.task_event(&change.task, change.action);
+    let task = change.task.clone();
+    let event = Event { id: EventId::generate(), time: now, body: EventBody::TaskChanged(change) };
+    sqlx::query(include_str!("../queries/outbox_insert.sql"))
+        .bind(event.id.as_str())
+        .bind(subject)
+        .bind(task)
+        .bind(None::<String>)
+        .bind(None::<String>)
+        .bind(event.encode())
+        .bind(now)
+        .execute(conn)
+        .await
+        .at("insert task event")?;
+    Ok(())
+}
