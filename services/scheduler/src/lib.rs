@@ -64,6 +64,8 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
     let mut components = tokio::task::JoinSet::new();
     let heartbeats = registry::subscribe(&shared).await.context("subscribing to heartbeats")?;
     components.spawn(registry::run(shared.clone(), heartbeats, shutdown.child_token()));
+    // Subscribed: now ask the workers to introduce themselves.
+    shared.deps.bus.client.publish(shared.deps.bus.names.roll_call(), bytes::Bytes::new()).await.context("calling the roll")?;
     let reports = reports::subscribe(&shared).await.context("subscribing to reports")?;
     components.spawn(reports::run(shared.clone(), reports, shutdown.child_token()));
     let kicks = dispatch::subscribe(&shared).await.context("subscribing to dispatch kicks")?;

@@ -11,6 +11,7 @@ use ax_domain::protocol::{Assignment, Heartbeat, Outcome, Report, ReportReply};
 use ax_domain::retry::ExponentialBackoff;
 use ax_queue::WorkerInbox;
 use ax_runtime::Config;
+use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -168,14 +169,23 @@ fn heartbeat(shared: &Shared, config: &Config, handlers: &[String], leaving: boo
     }
 }
 
+/// Heartbeats every interval, and at once when a scheduler calls the roll.
 async fn heartbeat_loop(shared: Shared, config: Config, handlers: Vec<String>, stop: CancellationToken) {
     let mut interval = tokio::time::interval(config.worker.heartbeat_interval.0);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut roll_calls = match shared.bus.client.subscribe(shared.bus.names.roll_call()).await {
+        Ok(sub) => Some(sub),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot hear roll calls; heartbeats keep their interval");
+            None
+        }
+    };
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
             _ = interval.tick() => {}
+            Some(_) = async { match roll_calls.as_mut() { Some(s) => s.next().await, None => std::future::pending().await } } => {}
         }
         let beat = heartbeat(&shared, &config, &handlers, false);
         let body = serde_json::to_vec(&beat).expect("heartbeats always serialize");

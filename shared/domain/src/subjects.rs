@@ -99,6 +99,12 @@ impl Names {
         format!("{}.rpc.worker.heartbeat", self.root)
     }
 
+    /// Asks every worker to send a heartbeat now (a scheduler that just started
+    /// must not wait a whole heartbeat interval to know the pool).
+    pub fn roll_call(&self) -> String {
+        format!("{}.rpc.worker.roll_call", self.root)
+    }
+
     pub fn report(&self) -> String {
         format!("{}.rpc.report", self.root)
     }

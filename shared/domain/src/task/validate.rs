@@ -20,7 +20,7 @@ impl FieldError {
 
     pub(crate) fn from_serde(err: serde_path_to_error::Error<serde_json::Error>) -> Self {
         let path = err.path().to_string();
-        let field = if path == "." { String::new() } else { path };
+        let field = if path == "." || path == "?" { String::new() } else { path };
         let inner = err.into_inner();
         // serde_json appends " at line L column C"; the path already says where.
         let reason = inner.to_string();

@@ -1,0 +1,146 @@
+//! The store's guarded transition and registration under concurrency, on real MySQL.
+
+use std::sync::Arc;
+
+use ax_domain::state::{Command, StateKind};
+use ax_domain::task::{Priority, TriggerKind};
+use ax_store::{CreateOutcome, NewInstance, TransitionRequest};
+use ax_tests::TestEnv;
+use serde_json::json;
+
+fn noop_task(name: &str) -> serde_json::Value {
+    json!({"task_name": name, "owner": "tests", "execution": {"handler": "noop"}})
+}
+
+fn new_instance(task: &ax_store::TaskRecord, trigger_id: &str) -> NewInstance {
+    NewInstance {
+        task_id: task.id.clone(),
+        task_name: task.name.clone(),
+        task_version: task.version,
+        trigger_type: TriggerKind::Event,
+        trigger_id: trigger_id.into(),
+        params: json!({}),
+        payload_version: None,
+        priority: Priority::Normal,
+        due_at: ax_domain::now(),
+        initial: StateKind::Created,
+        reason: String::new(),
+        operator: "test".into(),
+    }
+}
+
+async fn count(env: &TestEnv, sql: &'static str, id: &str) -> i64 {
+    sqlx::query_scalar(sql).bind(id).fetch_one(env.store.pool()).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_dispatches_of_one_instance_have_one_winner() {
+    let env = Arc::new(TestEnv::new().await);
+    let task = env.register(noop_task("contended")).await;
+    let created = env.store.create_instances(&[new_instance(&task, "t-1")]).await.unwrap();
+    let CreateOutcome::Created(id) = created[0].clone() else { panic!("expected a new instance") };
+
+    let lease = ax_domain::now() + chrono::TimeDelta::seconds(30);
+    let mut attempts = Vec::new();
+    for n in 0..50 {
+        let env = env.clone();
+        let id = id.clone();
+        attempts.push(tokio::spawn(async move {
+            let request = TransitionRequest {
+                instance_id: id,
+                command: Command::Dispatch { worker_id: format!("w{n}").parse().unwrap(), lease_expires_at: lease },
+                operator: "test".into(),
+                result: None,
+            };
+            env.store.transition(&[request]).await.unwrap().remove(0)
+        }));
+    }
+    let mut winners = 0;
+    for attempt in attempts {
+        if attempt.await.unwrap().is_ok() {
+            winners += 1;
+        }
+    }
+    assert_eq!(winners, 1, "exactly one guarded transition wins");
+    let id = id.as_str();
+    assert_eq!(count(&env, "SELECT COUNT(*) FROM instance_transitions WHERE instance_id = ? AND to_state = 'DISPATCHED'", id).await, 1);
+    assert_eq!(count(&env, "SELECT COUNT(*) FROM outbox WHERE instance_id = ? AND state = 'DISPATCHED'", id).await, 1);
+    let instance = env.store.instance(&id.parse().unwrap()).await.unwrap().unwrap();
+    assert_eq!(instance.state.kind(), StateKind::Dispatched);
+    assert_eq!(instance.seq, 2);
+    Arc::try_unwrap(env).ok().unwrap().cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_registrations_of_one_task_each_get_a_version() {
+    let env = Arc::new(TestEnv::new().await);
+    let mut handles = Vec::new();
+    for owner in ["team_a", "team_b"] {
+        let env = env.clone();
+        handles.push(tokio::spawn(async move {
+            let mut def = noop_task("raced");
+            def["owner"] = json!(owner);
+            env.register(def).await.version
+        }));
+    }
+    let mut versions = Vec::new();
+    for handle in handles {
+        versions.push(handle.await.unwrap());
+    }
+    versions.sort();
+    assert_eq!(versions, [1, 2], "no registration lost");
+    let stored: Vec<u32> = sqlx::query_scalar("SELECT version FROM task_versions ORDER BY version").fetch_all(env.store.pool()).await.unwrap();
+    assert_eq!(stored, [1, 2]);
+    // The same definition again changes nothing.
+    let current = env.store.task("raced").await.unwrap().unwrap();
+    let again = env.store.register_task(&current.definition, "test").await.unwrap();
+    assert_eq!((again.task.version, again.action), (2, None));
+    Arc::try_unwrap(env).ok().unwrap().cleanup().await;
+}
+
+#[tokio::test]
+async fn one_trigger_id_creates_one_instance_even_within_a_batch() {
+    let env = TestEnv::new().await;
+    let task = env.register(noop_task("dedup")).await;
+    let batch = [new_instance(&task, "same"), new_instance(&task, "same"), new_instance(&task, "other")];
+    let first = env.store.create_instances(&batch).await.unwrap();
+    assert!(matches!(first[0], CreateOutcome::Created(_)));
+    assert_eq!(first[1], CreateOutcome::Duplicate(first[0].instance_id().clone()));
+    assert!(matches!(first[2], CreateOutcome::Created(_)));
+    let again = env.store.create_instances(&batch[..1]).await.unwrap();
+    assert_eq!(again[0], CreateOutcome::Duplicate(first[0].instance_id().clone()));
+    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances").fetch_one(env.store.pool()).await.unwrap();
+    assert_eq!(total, 2);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_stale_attempt_cannot_move_an_instance() {
+    let env = TestEnv::new().await;
+    let task = env.register(noop_task("fenced")).await;
+    let id = env.store.create_instances(&[new_instance(&task, "f")]).await.unwrap()[0].instance_id().clone();
+    let w1: ax_domain::ids::WorkerId = "w1".parse().unwrap();
+    let lease = ax_domain::now() + chrono::TimeDelta::seconds(30);
+    let step = |command| TransitionRequest { instance_id: id.clone(), command, operator: "test".into(), result: None };
+    let applied = env
+        .store
+        .transition(&[
+            step(Command::Dispatch { worker_id: w1.clone(), lease_expires_at: lease }),
+            step(Command::Start { attempt: 1, worker_id: w1.clone(), lease_expires_at: lease }),
+            step(Command::Expire { reason: "lease expired".into(), retry_at: Some(ax_domain::now()) }),
+            step(Command::NextAttempt),
+        ])
+        .await
+        .unwrap();
+    assert!(applied.iter().all(Result::is_ok), "{applied:?}");
+    // Attempt 1's late success is refused; attempt 2 is untouched.
+    let late = env.store.transition(&[step(Command::Succeed { attempt: 1, worker_id: w1 })]).await.unwrap().remove(0);
+    assert!(late.is_err());
+    let instance = env.store.instance(&id).await.unwrap().unwrap();
+    assert_eq!((instance.state.kind(), instance.attempt, instance.seq), (StateKind::Created, 2, 5));
+    let trail = env.store.transitions(&id).await.unwrap();
+    let seqs: Vec<u32> = trail.iter().map(|t| t.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    assert_eq!(trail[3].reason, "lease expired");
+    env.cleanup().await;
+}

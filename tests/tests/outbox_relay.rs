@@ -1,0 +1,134 @@
+//! Invariant 1: a transition committed in MySQL reaches AX_EVENTS exactly once, even
+//! when the relay dies between publish and delete, or NATS is away for a while.
+
+use std::time::Duration;
+
+use ax_domain::event::EventBody;
+use ax_domain::state::{Command, StateKind};
+use ax_domain::task::{Priority, TriggerKind};
+use ax_store::{NewInstance, TransitionRequest};
+use ax_tests::proxy::Proxy;
+use ax_tests::{eventually, stream_events, TestEnv};
+use serde_json::json;
+
+async fn make_instances(env: &TestEnv, n: usize) -> Vec<ax_domain::ids::InstanceId> {
+    let task = env.register(json!({"task_name": "relayed", "owner": "tests", "execution": {"handler": "noop"}})).await;
+    let batch: Vec<NewInstance> = (0..n)
+        .map(|i| NewInstance {
+            task_id: task.id.clone(),
+            task_name: task.name.clone(),
+            task_version: task.version,
+            trigger_type: TriggerKind::Event,
+            trigger_id: format!("t{i}"),
+            params: json!({}),
+            payload_version: None,
+            priority: Priority::Normal,
+            due_at: ax_domain::now(),
+            initial: StateKind::Created,
+            reason: String::new(),
+            operator: "test".into(),
+        })
+        .collect();
+    env.store.create_instances(&batch).await.unwrap().into_iter().map(|o| o.instance_id().clone()).collect()
+}
+
+async fn dispatch_all(env: &TestEnv, ids: &[ax_domain::ids::InstanceId]) {
+    let lease = ax_domain::now() + chrono::TimeDelta::seconds(30);
+    let requests: Vec<TransitionRequest> = ids
+        .iter()
+        .map(|id| TransitionRequest {
+            instance_id: id.clone(),
+            command: Command::Dispatch { worker_id: "w1".parse().unwrap(), lease_expires_at: lease },
+            operator: "test".into(),
+            result: None,
+        })
+        .collect();
+    assert!(env.store.transition(&requests).await.unwrap().iter().all(Result::is_ok));
+}
+
+fn deps(env: &TestEnv, bus: ax_bus::Bus) -> ax_scheduler::Deps {
+    ax_scheduler::Deps { store: env.store.clone(), bus, queues: env.queues.clone() }
+}
+
+#[tokio::test]
+async fn a_relay_killed_between_publish_and_delete_publishes_each_event_once() {
+    let env = TestEnv::new().await;
+    let ids = make_instances(&env, 20).await;
+    dispatch_all(&env, &ids).await;
+    // The first relay publishes everything and "dies" before deleting anything.
+    let rows = env.store.outbox_pending(1000).await.unwrap();
+    let task_events = 1;
+    assert_eq!(rows.len(), 40 + task_events);
+    let (acked, failure) = ax_scheduler::relay::publish(&deps(&env, env.bus.clone()), &rows).await;
+    assert!(failure.is_none());
+    assert_eq!(acked.len(), rows.len());
+    // A new relay finds the same rows and publishes them again.
+    let republished = ax_scheduler::relay::pass(&deps(&env, env.bus.clone())).await.unwrap();
+    assert_eq!(republished, rows.len());
+    assert!(env.store.outbox_pending(10).await.unwrap().is_empty());
+
+    let events = stream_events(&env).await;
+    assert_eq!(events.len(), rows.len(), "the duplicate window dropped every republish");
+    let mut ids_seen = std::collections::HashSet::new();
+    for (_, event) in &events {
+        assert!(ids_seen.insert(event.id.clone()), "event {} twice", event.id);
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn events_committed_while_nats_is_unreachable_arrive_afterwards_in_order() {
+    let env = TestEnv::new().await;
+    let nats: std::net::SocketAddr = ax_tests::nats_url().trim_start_matches("nats://").parse().expect("NATS URL is host:port");
+    let proxy = Proxy::start(nats).await;
+    let relay_bus = ax_bus::Bus::connect(&format!("nats://{}", proxy.addr), env.names.clone(), "relay-under-test").await.unwrap();
+    let relay = ax_tests::Service::spawn({
+        let deps = deps(&env, relay_bus);
+        move |token| ax_scheduler::relay::run(deps, Duration::from_millis(50), token)
+    });
+
+    let ids = make_instances(&env, 10).await;
+    eventually(Duration::from_secs(10), "first events published", || async {
+        env.store.outbox_pending(1).await.unwrap().is_empty().then_some(())
+    })
+    .await;
+
+    proxy.down();
+    dispatch_all(&env, &ids).await;
+    let lease = ax_domain::now() + chrono::TimeDelta::seconds(30);
+    let starts: Vec<TransitionRequest> = ids
+        .iter()
+        .map(|id| TransitionRequest {
+            instance_id: id.clone(),
+            command: Command::Start { attempt: 1, worker_id: "w1".parse().unwrap(), lease_expires_at: lease },
+            operator: "test".into(),
+            result: None,
+        })
+        .collect();
+    env.store.transition(&starts).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stuck = env.store.outbox_pending(1000).await.unwrap().len();
+    assert_eq!(stuck, 20, "nothing is published or dropped while NATS is unreachable");
+
+    proxy.up();
+    eventually(Duration::from_secs(30), "the backlog to drain after NATS returns", || async {
+        env.store.outbox_pending(1).await.unwrap().is_empty().then_some(())
+    })
+    .await;
+    relay.stop().await;
+
+    let events = stream_events(&env).await;
+    let transitions: Vec<_> = events
+        .iter()
+        .filter_map(|(_, e)| match &e.body {
+            EventBody::InstanceTransitioned(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(transitions.len(), 30, "every committed transition arrived exactly once");
+    for id in &ids {
+        let seqs: Vec<u32> = transitions.iter().filter(|t| &t.instance_id == id).map(|t| t.seq).collect();
+        assert_eq!(seqs, [1, 2, 3], "per-instance order of {id}");
+    }
+    env.cleanup().await;
+}
