@@ -26,6 +26,7 @@ fn new_instance(task: &ax_store::TaskRecord, trigger_id: &str) -> NewInstance {
         initial: StateKind::Created,
         reason: String::new(),
         operator: "test".into(),
+        concurrency: None,
     }
 }
 

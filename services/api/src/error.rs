@@ -35,6 +35,7 @@ impl From<ax_store::StoreError> for ApiError {
             return ApiError::Unavailable { message: "the store is unavailable; try again".into() };
         }
         match err {
+            ax_store::StoreError::Refused { field, reason } => ApiError::BadRequest { field, message: reason },
             ax_store::StoreError::Conflict { what } => ApiError::Conflict { message: format!("{what}: conflict") },
             ax_store::StoreError::Busy { what } => ApiError::Unavailable { message: format!("{what}: busy; try again") },
             other => {

@@ -27,6 +27,13 @@ pub enum Command {
     Api,
     /// A worker with the built-in handlers `shell` and `noop`.
     Worker,
+    /// The chain service: fires downstream tasks when an upstream instance ends.
+    Chain,
+    /// Cron expressions.
+    Cron {
+        #[command(subcommand)]
+        command: CronCommand,
+    },
     /// Apply the MySQL migrations.
     Migrate,
     /// NATS streams and consumers.
@@ -81,6 +88,34 @@ pub enum TaskCommand {
     },
     /// List registered tasks.
     List,
+    /// Let a task fire again (missed cron fires follow its misfire policy).
+    Enable { task: String },
+    /// Stop a task from firing; running instances finish.
+    Disable { task: String },
+    /// Delete a task; its instances and audit trail are kept.
+    Delete { task: String },
+    /// Create the instances of every cron fire between two times that has none yet.
+    Backfill {
+        task: String,
+        /// RFC 3339, e.g. 2026-12-01T00:00:00Z
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CronCommand {
+    /// The next fire times of an expression, as AX will fire them.
+    Preview {
+        expr: String,
+        /// IANA time zone the expression is read in.
+        #[arg(long, default_value = "UTC")]
+        tz: String,
+        #[arg(short = 'n', long, default_value_t = 10)]
+        n: usize,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -17,16 +17,14 @@ use ax_domain::protocol::Assignment;
 use ax_domain::state::Command;
 use ax_store::TransitionRequest;
 use futures::StreamExt;
-use tokio_util::sync::CancellationToken;
 
+use crate::leader::Term;
 use crate::registry::eligible;
 use crate::{metrics, Shared};
 
 const BATCH: u32 = 512;
-
-pub(crate) async fn subscribe(shared: &Shared) -> Result<async_nats::Subscriber, async_nats::SubscribeError> {
-    shared.deps.bus.client.subscribe(shared.deps.bus.names.dispatch_kick()).await
-}
+/// How often waiting instances are checked for slots without a wake-up.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// Tells every scheduler replica's dispatcher that work may be ready.
 pub(crate) async fn kick(shared: &Shared) {
@@ -34,21 +32,33 @@ pub(crate) async fn kick(shared: &Shared) {
     let _ = shared.deps.bus.client.publish(shared.deps.bus.names.dispatch_kick(), bytes::Bytes::new()).await;
 }
 
-pub(crate) async fn run(shared: Shared, mut kicks: async_nats::Subscriber, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// Dispatches during one leadership term.
+pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
     let interval = shared.config.scheduler.dispatch_interval.0;
+    let mut kicks = shared.deps.bus.client.subscribe(shared.deps.bus.names.dispatch_kick()).await?;
+    let mut last_sweep = tokio::time::Instant::now();
     loop {
         tokio::select! {
             biased;
-            _ = shutdown.cancelled() => break,
+            _ = term.token.cancelled() => break,
             _ = shared.dispatch_wake.notified() => {}
             Some(_) = kicks.next() => {}
             _ = tokio::time::sleep(interval) => {}
         }
+        if last_sweep.elapsed() >= SWEEP_EVERY {
+            release_waiting_everywhere(&shared).await;
+            last_sweep = tokio::time::Instant::now();
+        }
         // Drain: keep passing while passes are full.
         loop {
-            match pass(&shared).await {
+            match pass(&shared, &term).await {
                 Ok(moved) if moved >= BATCH as usize => continue,
                 Ok(_) => break,
+                Err(err) if is_fenced(&err) => {
+                    ::metrics::counter!(metrics::FENCED_WRITES).increment(1);
+                    term.token.cancel();
+                    return Ok(());
+                }
                 Err(err) => {
                     tracing::warn!(error = ?err, "dispatch pass failed");
                     ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "dispatch").increment(1);
@@ -61,11 +71,30 @@ pub(crate) async fn run(shared: Shared, mut kicks: async_nats::Subscriber, shutd
     Ok(())
 }
 
+fn is_fenced(err: &anyhow::Error) -> bool {
+    matches!(err.downcast_ref::<ax_store::StoreError>(), Some(ax_store::StoreError::Fenced { .. }))
+}
+
+/// Waiting instances whose slot was freed where no release followed (a crash
+/// between the two) are released here.
+async fn release_waiting_everywhere(shared: &Shared) {
+    match shared.deps.store.tasks_with_waiting().await {
+        Ok(tasks) => {
+            for task_id in tasks {
+                if let Err(err) = shared.deps.store.release_waiting(&task_id).await {
+                    tracing::warn!(task_id = %task_id, error = %err, "releasing waiting instances failed");
+                }
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "listing tasks with waiting instances failed"),
+    }
+}
+
 /// One dispatch pass; returns how many instances it looked at.
-async fn pass(shared: &Shared) -> anyhow::Result<usize> {
+async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<usize> {
     let store = &shared.deps.store;
     let now = ax_domain::now();
-    release_due_retries(shared, now).await?;
+    release_due_retries(shared, term, now).await?;
 
     let due = store.due_instances(now, BATCH).await?;
     if due.is_empty() {
@@ -105,7 +134,7 @@ async fn pass(shared: &Shared) -> anyhow::Result<usize> {
     if requests.is_empty() {
         return Ok(due.len());
     }
-    let outcomes = store.transition(&requests).await?;
+    let outcomes = store.transition_fenced(&requests, Some(term.fence)).await?;
     let mut assignments = Vec::with_capacity(outcomes.len());
     for ((instance, definition, worker_id), outcome) in planned.into_iter().zip(outcomes) {
         match outcome {
@@ -141,7 +170,7 @@ async fn pass(shared: &Shared) -> anyhow::Result<usize> {
 }
 
 /// RETRYING instances whose back-off has passed begin their next attempt.
-async fn release_due_retries(shared: &Shared, now: ax_domain::Timestamp) -> anyhow::Result<()> {
+async fn release_due_retries(shared: &Shared, term: &Term, now: ax_domain::Timestamp) -> anyhow::Result<()> {
     let due = shared.deps.store.due_retries(now, BATCH).await?;
     if due.is_empty() {
         return Ok(());
@@ -150,6 +179,6 @@ async fn release_due_retries(shared: &Shared, now: ax_domain::Timestamp) -> anyh
         .into_iter()
         .map(|instance_id| TransitionRequest { instance_id, command: Command::NextAttempt, operator: "scheduler".into(), result: None })
         .collect();
-    shared.deps.store.transition(&requests).await?;
+    shared.deps.store.transition_fenced(&requests, Some(term.fence)).await?;
     Ok(())
 }

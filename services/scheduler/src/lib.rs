@@ -2,7 +2,11 @@
 //! workers' reports, and publishes every committed transition.
 //!
 //! # Layout
+//! - [`leader`]: MySQL-lock leader election with fenced terms; the leader alone runs
+//!   cron planning, the timer, dispatch and the outbox relay
 //! - [`intake`]: the durable consumer of `ax.trigger.*`, creating instances by trigger id
+//! - [`cron`]: planning cron fires from MySQL into the due index, firing them, misfires
+//! - [`timers`]: the leader's timer over the Redis due index
 //! - [`dispatch`]: moves due instances to live workers and pushes them onto their queues
 //! - [`registry`]: live workers, from their heartbeats
 //! - [`reports`]: answers workers' reports through batched guarded transitions
@@ -10,13 +14,16 @@
 //! - [`tasks`]: a cache of immutable task versions
 //! - [`metrics`]: metric names, declared once
 
+pub mod cron;
 pub mod dispatch;
 pub mod intake;
+pub mod leader;
 pub mod metrics;
 pub mod registry;
 pub mod relay;
 pub mod reports;
 pub mod tasks;
+pub mod timers;
 
 use std::sync::Arc;
 
@@ -45,6 +52,10 @@ pub(crate) struct Shared {
     pub tasks: tasks::TaskCache,
     /// Wakes the dispatcher: new instances, a freed slot, a new worker.
     pub dispatch_wake: Arc<Notify>,
+    /// Wakes the timer: something earlier may have been indexed.
+    pub timer_wake: Arc<Notify>,
+    /// Cron fires this leader planned.
+    pub planned: cron::Planned,
 }
 
 /// Runs every scheduler component until `shutdown` is cancelled, then drains them.
@@ -58,9 +69,12 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
         registry: registry::Registry::new(config.scheduler.lease.0),
         tasks: tasks::TaskCache::new(deps.store.clone()),
         dispatch_wake: Arc::new(Notify::new()),
+        timer_wake: Arc::new(Notify::new()),
+        planned: cron::Planned::default(),
         deps,
         config,
     };
+    let holder = format!("{}:{}", hostname(), std::process::id());
     let mut components = tokio::task::JoinSet::new();
     let heartbeats = registry::subscribe(&shared).await.context("subscribing to heartbeats")?;
     components.spawn(registry::run(shared.clone(), heartbeats, shutdown.child_token()));
@@ -68,11 +82,23 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
     shared.deps.bus.client.publish(shared.deps.bus.names.roll_call(), bytes::Bytes::new()).await.context("calling the roll")?;
     let reports = reports::subscribe(&shared).await.context("subscribing to reports")?;
     components.spawn(reports::run(shared.clone(), reports, shutdown.child_token()));
-    let kicks = dispatch::subscribe(&shared).await.context("subscribing to dispatch kicks")?;
-    components.spawn(dispatch::run(shared.clone(), kicks, shutdown.child_token()));
     let consumer = shared.deps.bus.intake_consumer().await.context("opening the trigger intake consumer")?;
     components.spawn(intake::run(shared.clone(), consumer, shutdown.child_token()));
-    components.spawn(relay::run(shared.deps.clone(), shared.config.scheduler.relay_interval.0, shutdown.child_token()));
+
+    // Leader work: every loop below runs only during a term this scheduler holds.
+    let (term_tx, term_rx) = tokio::sync::watch::channel(None);
+    components.spawn(leader::run(shared.deps.store.clone(), holder, term_tx, shutdown.child_token()));
+    let each_term = |work: fn(Shared, leader::Term) -> futures::future::BoxFuture<'static, anyhow::Result<()>>| {
+        let shared = shared.clone();
+        leader::for_each_term(term_rx.clone(), shutdown.child_token(), move |term| work(shared.clone(), term))
+    };
+    components.spawn(each_term(|s, t| Box::pin(dispatch::run(s, t))));
+    components.spawn(each_term(|s, t| Box::pin(timers::run(s, t))));
+    components.spawn(each_term(|s, t| Box::pin(cron::plan(s, t))));
+    components.spawn(each_term(|s, t| {
+        let interval = s.config.scheduler.relay_interval.0;
+        Box::pin(relay::run(s.deps, interval, t.token))
+    }));
     tracing::info!(namespace = %shared.deps.bus.names.namespace(), "scheduler started");
 
     while let Some(done) = components.join_next().await {
@@ -90,4 +116,8 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
     }
     tracing::info!("scheduler stopped");
     Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "scheduler".into())
 }

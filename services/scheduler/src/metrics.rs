@@ -13,6 +13,13 @@ pub const EVENTS_PUBLISHED: &str = "ax_relay_events_published_total";
 pub const RELAY_FAILURES: &str = "ax_relay_failures_total";
 pub const WORKERS_ALIVE: &str = "ax_workers_alive";
 pub const LOOP_FAILURES: &str = "ax_scheduler_loop_failures_total";
+pub const IS_LEADER: &str = "ax_scheduler_is_leader";
+pub const LEADER_EPOCH: &str = "ax_scheduler_leader_epoch";
+pub const CRON_FIRES: &str = "ax_cron_fires_total";
+pub const CRON_MISFIRES: &str = "ax_cron_misfires_total";
+pub const CRON_FIRE_SKEW: &str = "ax_cron_fire_skew_seconds";
+pub const FENCED_WRITES: &str = "ax_scheduler_fenced_writes_total";
+pub const DUE_INDEX_SIZE: &str = "ax_due_index_entries";
 
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
@@ -29,4 +36,16 @@ pub fn describe() {
     describe_counter!(RELAY_FAILURES, "Outbox relay passes that failed");
     describe_gauge!(WORKERS_ALIVE, "Workers whose last heartbeat is younger than the lease");
     describe_counter!(LOOP_FAILURES, "Failed passes of a scheduler loop, by loop");
+    describe_gauge!(IS_LEADER, "1 while this scheduler leads");
+    describe_gauge!(LEADER_EPOCH, "The leadership term this scheduler last held");
+    describe_counter!(CRON_FIRES, "Cron fires that created an instance, by task");
+    describe_counter!(CRON_MISFIRES, "Missed cron fires handled by the misfire policy, by task and policy");
+    describe_histogram!(CRON_FIRE_SKEW, Unit::Seconds, "From a cron fire's time to its instance committed");
+    describe_counter!(FENCED_WRITES, "Leader writes refused because a newer term began");
+    describe_gauge!(DUE_INDEX_SIZE, "Entries in the Redis due index");
+}
+
+pub fn leader(leading: bool, epoch: u64) {
+    metrics::gauge!(IS_LEADER).set(if leading { 1.0 } else { 0.0 });
+    metrics::gauge!(LEADER_EPOCH).set(epoch as f64);
 }

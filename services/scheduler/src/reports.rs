@@ -105,6 +105,7 @@ async fn commit(shared: &Shared, batch: &[Pending]) -> Vec<ReportReply> {
         }
     };
     let mut slot_freed = false;
+    let mut freed_tasks: Vec<(ax_domain::ids::TaskId, u32)> = Vec::new();
     let replies = outcomes
         .into_iter()
         .zip(batch)
@@ -119,6 +120,9 @@ async fn commit(shared: &Shared, batch: &[Pending]) -> Vec<ReportReply> {
                 Ok(applied) => {
                     ::metrics::counter!(metrics::REPORTS, "outcome" => label).increment(1);
                     slot_freed |= !matches!(pending.report.outcome, Outcome::Running);
+                    if applied.instance.state.kind().is_final() {
+                        freed_tasks.push((applied.instance.task_id.clone(), applied.instance.task_version));
+                    }
                     tracing::debug!(instance_id = %applied.instance.id, state = %applied.instance.state.kind(), "report applied");
                     ReportReply::Accepted
                 }
@@ -136,6 +140,7 @@ async fn commit(shared: &Shared, batch: &[Pending]) -> Vec<ReportReply> {
             }
         })
         .collect();
+    release_freed_slots(shared, freed_tasks).await;
     if slot_freed {
         dispatch::kick(shared).await;
     }
@@ -162,4 +167,23 @@ async fn retry_delay(shared: &Shared, report: &Report, retryable: bool) -> Optio
     }
     let delay: Duration = policy.jittered_interval_after(report.attempt);
     chrono::TimeDelta::from_std(delay).ok()
+}
+
+/// An instance of a task with `max_running_instances` ended: the oldest waiting
+/// ones take the freed slots.
+async fn release_freed_slots(shared: &Shared, mut freed: Vec<(ax_domain::ids::TaskId, u32)>) {
+    freed.sort();
+    freed.dedup_by(|a, b| a.0 == b.0);
+    for (task_id, version) in freed {
+        let limited = match shared.tasks.get(&task_id, version).await {
+            Ok(Some(definition)) => definition.concurrency.max_running_instances.is_some(),
+            _ => true, // unsure: a release with nothing to release is harmless
+        };
+        if !limited {
+            continue;
+        }
+        if let Err(err) = shared.deps.store.release_waiting(&task_id).await {
+            tracing::warn!(task_id = %task_id, error = %err, "releasing waiting instances failed; the sweep will retry");
+        }
+    }
 }

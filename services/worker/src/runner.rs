@@ -63,6 +63,8 @@ struct Shared {
     handlers: Arc<HashMap<String, Arc<dyn Handler>>>,
     slots: Arc<Semaphore>,
     max_running: u32,
+    /// Attempts in flight, so a cancellation event can reach the right one.
+    running: Arc<std::sync::Mutex<HashMap<String, CancellationToken>>>,
 }
 
 impl Worker {
@@ -99,6 +101,7 @@ impl Worker {
             handlers: self.handlers.clone(),
             slots: Arc::new(Semaphore::new(max_running as usize)),
             max_running,
+            running: Arc::default(),
         };
         let mut inbox = WorkerInbox::connect(self.config.redis.redis_url.expose(), &bus.names, self.worker_id.as_str())
             .await
@@ -108,6 +111,7 @@ impl Worker {
         tracing::info!(worker_id = %self.worker_id, handlers = ?handler_names, max_running, "worker started");
 
         let heartbeat_stop = CancellationToken::new();
+        let cancellations = tokio::spawn(cancellation_loop(shared.clone(), heartbeat_stop.clone()));
         let heartbeats = tokio::spawn(heartbeat_loop(shared.clone(), self.config.clone(), handler_names.clone(), heartbeat_stop.clone()));
 
         let in_flight = TaskTracker::new();
@@ -145,6 +149,7 @@ impl Worker {
         }
         heartbeat_stop.cancel();
         let _ = heartbeats.await;
+        let _ = cancellations.await;
         let goodbye = heartbeat(&shared, &self.config, &handler_names, true);
         let _ = bus.client.publish(bus.names.heartbeat(), serde_json::to_vec(&goodbye)?.into()).await;
         let _ = bus.client.flush().await;
@@ -195,8 +200,42 @@ async fn heartbeat_loop(shared: Shared, config: Config, handlers: Vec<String>, s
     }
 }
 
+/// Cancels a running attempt when its instance is cancelled (an operator, or a
+/// `replace` blocking strategy): the CANCELLED event names it.
+async fn cancellation_loop(shared: Shared, stop: CancellationToken) {
+    let subject = format!("{}.event.instance.*.cancelled", shared.bus.names.namespace());
+    let mut events = match shared.bus.client.subscribe(subject).await {
+        Ok(sub) => sub,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot hear cancellations; cancelled attempts run to their end");
+            return;
+        }
+    };
+    loop {
+        let message = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            message = events.next() => match message { Some(m) => m, None => return },
+        };
+        let instance = message.headers.as_ref().and_then(|h| h.get("Ax-Instance")).map(|v| v.as_str().to_owned());
+        if let Some(instance) = instance {
+            if let Some(token) = shared.running.lock().expect("running lock").get(&instance) {
+                tracing::info!(instance_id = %instance, "instance cancelled; stopping its attempt");
+                token.cancel();
+            }
+        }
+    }
+}
+
 /// Runs one attempt: RUNNING first, the handler only if the scheduler agreed, then the outcome.
 async fn execute(shared: &Shared, assignment: Assignment, cancel: CancellationToken) {
+    let key = assignment.instance_id.as_str().to_owned();
+    shared.running.lock().expect("running lock").insert(key.clone(), cancel.clone());
+    execute_attempt(shared, assignment, cancel).await;
+    shared.running.lock().expect("running lock").remove(&key);
+}
+
+async fn execute_attempt(shared: &Shared, assignment: Assignment, cancel: CancellationToken) {
     let instance_id = assignment.instance_id.clone();
     let attempt = assignment.attempt;
     let Some(handler) = shared.handlers.get(&assignment.handler).cloned() else {
@@ -228,6 +267,10 @@ async fn execute(shared: &Shared, assignment: Assignment, cancel: CancellationTo
     };
     let timeout = Duration::from_secs(assignment.timeout_sec);
     let outcome = match tokio::time::timeout(timeout, handler.run(ctx)).await {
+        _ if cancel.is_cancelled() => {
+            tracing::info!(instance_id = %instance_id, attempt, "attempt stopped after cancellation");
+            return;
+        }
         Ok(Ok(result)) => Outcome::Succeeded { result },
         Ok(Err(TaskError::Retry { reason })) => Outcome::Failed { reason, retryable: true },
         Ok(Err(TaskError::Abort { reason })) => Outcome::Failed { reason, retryable: false },

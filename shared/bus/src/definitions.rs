@@ -12,6 +12,7 @@ pub const EVENTS: &str = "AX_EVENTS";
 pub const TRIGGERS: &str = "AX_TRIGGERS";
 pub const LOGS: &str = "AX_LOGS";
 pub const INTAKE_CONSUMER: &str = "ax-intake";
+pub const CHAIN_CONSUMER: &str = "ax-chain";
 
 const STREAM_FILES: [(&str, &str); 3] = [
     ("nats/streams/AX_EVENTS.json", include_str!("../../../nats/streams/AX_EVENTS.json")),
@@ -20,8 +21,10 @@ const STREAM_FILES: [(&str, &str); 3] = [
 ];
 
 /// (file, stream, definition)
-const CONSUMER_FILES: [(&str, &str, &str); 1] =
-    [("nats/consumers/AX_TRIGGERS.ax-intake.json", TRIGGERS, include_str!("../../../nats/consumers/AX_TRIGGERS.ax-intake.json"))];
+const CONSUMER_FILES: [(&str, &str, &str); 2] = [
+    ("nats/consumers/AX_TRIGGERS.ax-intake.json", TRIGGERS, include_str!("../../../nats/consumers/AX_TRIGGERS.ax-intake.json")),
+    ("nats/consumers/AX_EVENTS.ax-chain.json", EVENTS, include_str!("../../../nats/consumers/AX_EVENTS.ax-chain.json")),
+];
 
 /// The stream definitions, rewritten for a namespace.
 ///
@@ -43,10 +46,15 @@ pub fn stream_configs(names: &Names) -> Result<Vec<stream::Config>, BusError> {
 ///
 /// # Errors
 /// A file that does not parse.
-pub fn consumer_configs() -> Result<Vec<(&'static str, pull::Config)>, BusError> {
+pub fn consumer_configs(names: &Names) -> Result<Vec<(&'static str, pull::Config)>, BusError> {
     CONSUMER_FILES
         .iter()
-        .map(|(file, stream, json)| Ok((*stream, serde_json::from_str(json).map_err(|source| BusError::Definition { file, source })?)))
+        .map(|(file, stream, json)| {
+            let mut config: pull::Config = serde_json::from_str(json).map_err(|source| BusError::Definition { file, source })?;
+            config.filter_subject = names.rebase(&config.filter_subject);
+            config.filter_subjects = config.filter_subjects.iter().map(|s| names.rebase(s)).collect();
+            Ok((*stream, config))
+        })
         .collect()
 }
 
@@ -67,7 +75,7 @@ impl Bus {
             self.jetstream.create_or_update_stream(config).await.map_err(|source| BusError::Stream { stream: name.clone(), source })?;
             tracing::debug!(stream = %name, "stream applied");
         }
-        for (stream_base, config) in consumer_configs()? {
+        for (stream_base, config) in consumer_configs(&self.names)? {
             let stream_name = self.names.stream(stream_base);
             let durable = config.durable_name.clone().unwrap_or_default();
             let err = |reason: String| BusError::Consumer { stream: stream_name.clone(), consumer: durable.clone(), reason };
@@ -78,6 +86,17 @@ impl Bus {
             }
         }
         Ok(())
+    }
+
+    /// A durable pull consumer AX owns, by stream base name and durable name.
+    ///
+    /// # Errors
+    /// The stream or consumer is missing (definitions not applied).
+    pub async fn consumer(&self, stream_base: &str, durable: &str) -> Result<async_nats::jetstream::consumer::PullConsumer, BusError> {
+        let stream_name = self.names.stream(stream_base);
+        let err = |reason: String| BusError::Consumer { stream: stream_name.clone(), consumer: durable.into(), reason };
+        let stream = self.jetstream.get_stream(&stream_name).await.map_err(|e| err(e.to_string()))?;
+        stream.get_consumer(durable).await.map_err(|e| err(e.to_string()))
     }
 
     /// The trigger intake's durable pull consumer.
@@ -104,7 +123,8 @@ mod tests {
         assert_eq!(streams[0].subjects, ["t1.event.>"]);
         assert!(streams.iter().all(|s| s.storage == stream::StorageType::File && !s.duplicate_window.is_zero()));
         assert_eq!(streams[1].retention, stream::RetentionPolicy::WorkQueue);
-        let consumers = consumer_configs().unwrap();
+        let consumers = consumer_configs(&Names::new("t1")).unwrap();
         assert_eq!(consumers[0].1.durable_name.as_deref(), Some(INTAKE_CONSUMER));
+        assert_eq!(consumers[1].1.filter_subjects, ["t1.event.instance.*.succeeded", "t1.event.instance.*.failed"]);
     }
 }

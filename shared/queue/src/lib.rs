@@ -124,3 +124,71 @@ impl WorkerInbox {
         }
     }
 }
+
+/// The timer index: one sorted set of everything that becomes due at a known time
+/// (delayed instances, retry back-offs, planned cron fires), scored by due time in
+/// milliseconds.
+///
+/// One key rather than the seed's hour shards: `ZRANGEBYSCORE` costs O(log N + M),
+/// so a million entries are as cheap to read from as a thousand, and a single key
+/// makes "what is due next" one O(log N) call with no shard boundaries to cross.
+/// MySQL holds every due time too; the leader rebuilds this set from MySQL, so a
+/// flush costs precision for a moment, never a fire.
+#[derive(Clone)]
+pub struct DueIndex {
+    conn: ConnectionManager,
+    key: String,
+}
+
+impl DueIndex {
+    pub fn new(queues: &WorkerQueues) -> Self {
+        Self { conn: queues.conn.clone(), key: format!("{}:due", queues.names.namespace()) }
+    }
+
+    /// Adds or moves entries (idempotent).
+    pub async fn add(&self, entries: &[(String, i64)]) -> Result<(), QueueError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for chunk in entries.chunks(1000) {
+            let items: Vec<(i64, &str)> = chunk.iter().map(|(member, due)| (*due, member.as_str())).collect();
+            pipe.zadd_multiple(&self.key, &items).ignore();
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async::<()>(&mut conn).await.map_err(|source| QueueError::Command { what: "index due entries", source })
+    }
+
+    /// The soonest entry's due time, if any.
+    pub async fn earliest(&self) -> Result<Option<i64>, QueueError> {
+        let mut conn = self.conn.clone();
+        let first: Vec<(String, f64)> = conn
+            .zrange_withscores(&self.key, 0, 0)
+            .await
+            .map_err(|source| QueueError::Command { what: "peek due index", source })?;
+        Ok(first.first().map(|(_, score)| *score as i64))
+    }
+
+    /// Entries due at or before `now_ms`, soonest first.
+    pub async fn due(&self, now_ms: i64, limit: usize) -> Result<Vec<(String, i64)>, QueueError> {
+        let mut conn = self.conn.clone();
+        let due: Vec<(String, f64)> = conn
+            .zrangebyscore_limit_withscores(&self.key, "-inf", now_ms, 0, limit as isize)
+            .await
+            .map_err(|source| QueueError::Command { what: "read due entries", source })?;
+        Ok(due.into_iter().map(|(m, s)| (m, s as i64)).collect())
+    }
+
+    pub async fn remove(&self, members: &[String]) -> Result<(), QueueError> {
+        if members.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        conn.zrem::<_, _, ()>(&self.key, members).await.map_err(|source| QueueError::Command { what: "remove due entries", source })
+    }
+
+    pub async fn len(&self) -> Result<u64, QueueError> {
+        let mut conn = self.conn.clone();
+        conn.zcard(&self.key).await.map_err(|source| QueueError::Command { what: "count due entries", source })
+    }
+}

@@ -22,6 +22,13 @@ pub enum StoreError {
     Busy { what: &'static str },
     #[error("{what} failed")]
     Query { what: &'static str, #[source] source: sqlx::Error },
+    /// The request is well-formed but would break a rule that needs the stored
+    /// state to check (e.g. a chain cycle); nothing was written.
+    #[error("{field}: {reason}")]
+    Refused { field: String, reason: String },
+    /// A leader write from a term that has ended: another scheduler leads now.
+    #[error("leadership term {expected} has ended (current term is {current})")]
+    Fenced { expected: u64, current: u64 },
     #[error("row of {what} is corrupt: {reason}")]
     Corrupt { what: &'static str, reason: String },
 }

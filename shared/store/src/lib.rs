@@ -8,13 +8,19 @@
 //! # Layout
 //! - [`error`]: the store's error type and the MySQL error mapper
 //! - [`tasks`]: registration (versioned, under a row lock), lookup, lifecycle
+//! - [`schedules`]: cron schedules, their authoritative next fire, and firing them
+//! - [`chains`]: chain edges, cycle refusal, downstream lookup
 //! - [`instances`]: creation by trigger id, guarded transitions, queries
+//! - [`leader`]: leadership terms and the fence every leader write checks
 //! - [`outbox`]: what the relay publishes
 //! - `queries/`: the SQL, one file per statement
 
+pub mod chains;
 pub mod error;
 pub mod instances;
+pub mod leader;
 pub mod outbox;
+pub mod schedules;
 pub mod tasks;
 
 use std::str::FromStr;
@@ -26,6 +32,7 @@ use sqlx::ConnectOptions;
 use tokio::sync::Notify;
 
 pub use error::StoreError;
+pub use leader::Fence;
 pub use instances::{
     Applied, CreateOutcome, InstanceFilter, InstanceRecord, NewInstance, Refusal, TransitionRecord, TransitionRequest,
 };

@@ -89,6 +89,7 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await
             .at("lock task row")?;
+        let previous: Option<TaskDefinition> = current.as_ref().filter(|r| r.deleted_at.is_none()).and_then(|r| serde_json::from_str(&r.definition).ok());
         let (id, version, created_at, action) = match current {
             None => {
                 let id = TaskId::generate();
@@ -135,6 +136,8 @@ impl Store {
             .execute(&mut *tx)
             .await
             .at("insert task version")?;
+        crate::chains::sync_edges(&mut tx, &id, definition, previous.as_ref()).await?;
+        crate::schedules::sync_schedules(&mut tx, &id, definition, version, previous.as_ref(), now).await?;
         let change = TaskChanged { task: definition.task_name.clone(), task_version: version, action, operator: operator.to_owned() };
         insert_task_event(&mut tx, self, change, now).await?;
         tx.commit().await.at("commit register task")?;
@@ -204,6 +207,66 @@ impl Store {
             .at("get task version by name")?;
         json.map(|j| serde_json::from_str(&j).map_err(|e| StoreError::Corrupt { what: "task_versions", reason: e.to_string() }))
             .transpose()
+    }
+}
+
+impl Store {
+    /// Enables or disables a task. A disabled task does not fire (its cron schedule
+    /// is kept, so enabling it applies the misfire policy); running instances finish.
+    /// `None` if no such task.
+    pub async fn set_enabled(&self, name: &str, enabled: bool, operator: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let now = ax_domain::now();
+        let mut tx = self.pool.begin().await.at("begin enable task")?;
+        let row: Option<TaskRow> = sqlx::query_as(include_str!("../queries/task_lock_by_name.sql"))
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await
+            .at("lock task row")?;
+        let Some(row) = row.filter(|r| r.deleted_at.is_none()) else { return Ok(None) };
+        if row.enabled != enabled {
+            sqlx::query("UPDATE tasks SET enabled = ?, updated_at = ? WHERE id = ?")
+                .bind(enabled)
+                .bind(now)
+                .bind(&row.id)
+                .execute(&mut *tx)
+                .await
+                .at("set task enabled")?;
+            let action = if enabled { TaskAction::Enabled } else { TaskAction::Disabled };
+            let change = TaskChanged { task: row.name.clone(), task_version: row.version, action, operator: operator.to_owned() };
+            insert_task_event(&mut tx, self, change, now).await?;
+        }
+        tx.commit().await.at("commit enable task")?;
+        self.outbox_written.notify_one();
+        let mut task = TaskRecord::try_from(row)?;
+        task.enabled = enabled;
+        Ok(Some(task))
+    }
+
+    /// Deletes a task: it no longer fires or accepts triggers; its instances, audit
+    /// trail and versions are kept. `false` if no such task.
+    pub async fn delete_task(&self, name: &str, operator: &str) -> Result<bool, StoreError> {
+        let now = ax_domain::now();
+        let mut tx = self.pool.begin().await.at("begin delete task")?;
+        let row: Option<TaskRow> = sqlx::query_as(include_str!("../queries/task_lock_by_name.sql"))
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await
+            .at("lock task row")?;
+        let Some(row) = row.filter(|r| r.deleted_at.is_none()) else { return Ok(false) };
+        sqlx::query("UPDATE tasks SET deleted_at = ?, enabled = 0, updated_at = ? WHERE id = ?")
+            .bind(now)
+            .bind(now)
+            .bind(&row.id)
+            .execute(&mut *tx)
+            .await
+            .at("delete task")?;
+        sqlx::query("DELETE FROM cron_schedules WHERE task_id = ?").bind(&row.id).execute(&mut *tx).await.at("drop cron schedules")?;
+        sqlx::query("DELETE FROM chain_edges WHERE downstream_id = ?").bind(&row.id).execute(&mut *tx).await.at("drop chain edges")?;
+        let change = TaskChanged { task: row.name.clone(), task_version: row.version, action: TaskAction::Deleted, operator: operator.to_owned() };
+        insert_task_event(&mut tx, self, change, now).await?;
+        tx.commit().await.at("commit delete task")?;
+        self.outbox_written.notify_one();
+        Ok(true)
     }
 }
 

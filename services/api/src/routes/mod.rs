@@ -1,5 +1,6 @@
 //! Routes, one module per resource.
 
+mod cron;
 mod health;
 mod instances;
 mod schema;
@@ -13,8 +14,12 @@ use crate::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/v1/tasks", get(tasks::list))
-        .route("/api/v1/tasks/{name}", get(tasks::get).put(tasks::put))
+        .route("/api/v1/tasks/{name}", get(tasks::get).put(tasks::put).delete(tasks::delete))
         .route("/api/v1/tasks/{name}/trigger", post(tasks::trigger))
+        .route("/api/v1/tasks/{name}/enable", post(tasks::enable))
+        .route("/api/v1/tasks/{name}/disable", post(tasks::disable))
+        .route("/api/v1/tasks/{name}/backfill", post(cron::backfill))
+        .route("/api/v1/cron/preview", get(cron::preview))
         .route("/api/v1/instances", get(instances::list))
         .route("/api/v1/instances/{id}", get(instances::get))
         .route("/api/v1/instances/{id}/transitions", get(instances::transitions))

@@ -71,3 +71,30 @@ pub async fn trigger(
     };
     Ok((status, Json(json!({ "instance_id": outcome.instance_id(), "created": created, "trigger_id": new.trigger_id }))))
 }
+
+pub async fn enable(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    set_enabled(state, name, true).await
+}
+
+pub async fn disable(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    set_enabled(state, name, false).await
+}
+
+/// A disabled task does not fire and refuses triggers; instances already running finish.
+async fn set_enabled(state: AppState, name: String, enabled: bool) -> ApiResult<Json<Value>> {
+    let task = state.store.set_enabled(&name, enabled, "api").await?.ok_or_else(|| ApiError::not_found(format!("task {name} is not registered")))?;
+    if enabled {
+        // Its schedule may have missed fires; the leader applies the misfire policy.
+        let _ = state.bus.client.publish(state.bus.names.dispatch_kick(), bytes::Bytes::new()).await;
+    }
+    Ok(Json(views::task(&task)))
+}
+
+/// Deletes a task; its instances, audit trail and versions are kept.
+pub async fn delete(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    if state.store.delete_task(&name, "api").await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!("task {name} is not registered")))
+    }
+}

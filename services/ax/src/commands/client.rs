@@ -127,3 +127,45 @@ pub async fn instance(config: &Config, id: &str) -> anyhow::Result<ExitCode> {
     }
     Ok(code)
 }
+
+pub async fn task_action(config: &Config, task: &str, action: &str) -> anyhow::Result<ExitCode> {
+    let response = client().post(url(config, &format!("/api/v1/tasks/{task}/{action}"))).send().await.context("reaching the api")?;
+    let (code, body) = finish(response).await?;
+    if code == ExitCode::SUCCESS {
+        let state = if body["enabled"].as_bool() == Some(true) { "enabled" } else { "disabled" };
+        println!("task {task} {state}");
+    }
+    Ok(code)
+}
+
+pub async fn task_delete(config: &Config, task: &str) -> anyhow::Result<ExitCode> {
+    let response = client().delete(url(config, &format!("/api/v1/tasks/{task}"))).send().await.context("reaching the api")?;
+    if response.status().is_success() {
+        println!("task {task} deleted (its instances and audit trail are kept)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    Ok(finish(response).await?.0)
+}
+
+pub async fn backfill(config: &Config, task: &str, from: &str, to: &str) -> anyhow::Result<ExitCode> {
+    let response = client()
+        .post(url(config, &format!("/api/v1/tasks/{task}/backfill")))
+        .json(&json!({ "from": from, "to": to }))
+        .send()
+        .await
+        .context("reaching the api")?;
+    let (code, body) = finish(response).await?;
+    if code == ExitCode::SUCCESS {
+        println!("{} fires in range: {} created, {} already had an instance", body["fires"], body["created"], body["already_existed"]);
+    }
+    Ok(code)
+}
+
+/// Computed locally with the very code the scheduler fires with.
+pub fn cron_preview(expr: &str, tz: &str, n: usize) -> anyhow::Result<ExitCode> {
+    let schedule = ax_domain::cron_expr::CronSchedule::parse(expr, tz)?;
+    for fire in schedule.upcoming(ax_domain::now(), n.clamp(1, 1000)) {
+        println!("{}  {}", fire.with_timezone(&schedule.zone()).to_rfc3339(), fire.to_rfc3339());
+    }
+    Ok(ExitCode::SUCCESS)
+}

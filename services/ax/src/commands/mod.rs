@@ -6,7 +6,7 @@ mod serve;
 
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, EventsCommand, NatsCommand, TaskCommand};
+use crate::cli::{Cli, Command, CronCommand, EventsCommand, NatsCommand, TaskCommand};
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = cli.config;
@@ -15,6 +15,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scheduler => serve::scheduler(config).await,
         Command::Api => serve::api(config).await,
         Command::Worker => serve::worker(config).await,
+        Command::Chain => serve::chain(config).await,
+        Command::Cron { command: CronCommand::Preview { expr, tz, n } } => client::cron_preview(&expr, &tz, n),
+        Command::Task { command: TaskCommand::Enable { task } } => client::task_action(&config, &task, "enable").await,
+        Command::Task { command: TaskCommand::Disable { task } } => client::task_action(&config, &task, "disable").await,
+        Command::Task { command: TaskCommand::Delete { task } } => client::task_delete(&config, &task).await,
+        Command::Task { command: TaskCommand::Backfill { task, from, to } } => client::backfill(&config, &task, &from, &to).await,
         Command::Migrate => serve::migrate(config).await,
         Command::Nats { command: NatsCommand::Apply } => serve::nats_apply(config).await,
         Command::Task { command: TaskCommand::Apply { file } } => client::task_apply(&config, &file).await,

@@ -63,6 +63,13 @@ pub async fn api(config: Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+pub async fn chain(config: Config) -> anyhow::Result<ExitCode> {
+    let store = store(&config).await?;
+    let bus = bus(&config, "ax chain").await?;
+    ax_chain::run(store, bus, shutdown_on_signals()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn builtin_worker(config: Config) -> ax_worker::Worker {
     ax_worker::Worker::builder(config)
         .handler("shell", ax_worker::handlers::shell())
@@ -105,6 +112,7 @@ pub async fn dev(config: Config) -> anyhow::Result<ExitCode> {
     let mut services = tokio::task::JoinSet::new();
     let deps = ax_scheduler::Deps { store: store.clone(), bus: bus.clone(), queues };
     services.spawn(ax_scheduler::run(config.clone(), deps, shutdown.child_token()));
+    services.spawn(ax_chain::run(store.clone(), bus.clone(), shutdown.child_token()));
     let state = ax_api::AppState { store, bus: bus.clone(), metrics: ax_runtime::telemetry::prometheus() };
     services.spawn(ax_api::run(config.http.http_addr, state, shutdown.child_token()));
     let worker = builtin_worker(config.clone());

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use ax_domain::event::{Event, EventBody, InstanceTransitioned};
 use ax_domain::ids::{EventId, InstanceId, TaskId, TraceId};
 use ax_domain::state::StateKind;
-use ax_domain::task::{Priority, TriggerKind};
+use ax_domain::task::{BlockingStrategy, Priority, TriggerKind};
 use ax_domain::Timestamp;
 use sqlx::{MySqlConnection, QueryBuilder};
 
@@ -30,6 +30,9 @@ pub struct NewInstance {
     pub initial: StateKind,
     pub reason: String,
     pub operator: String,
+    /// The task's `max_running_instances` and blocking strategy, when limited:
+    /// decided under the task row's lock, so the count and the insert are atomic.
+    pub concurrency: Option<(u32, BlockingStrategy)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,14 +62,24 @@ impl Store {
         for new in batch {
             debug_assert!(new.initial.is_initial(), "{} is not an initial state", new.initial);
         }
-        let outcomes = retry_busy(|| self.create_once(batch)).await?;
+        let outcomes = retry_busy(|| async {
+            let mut tx = self.pool.begin().await.at("begin create instances")?;
+            let outcomes = self.create_in(&mut tx, batch).await?;
+            tx.commit().await.at("commit create instances")?;
+            Ok(outcomes)
+        })
+        .await?;
         if outcomes.iter().any(|o| matches!(o, CreateOutcome::Created(_))) {
             self.outbox_written.notify_one();
         }
         Ok(outcomes)
     }
 
-    async fn create_once(&self, batch: &[NewInstance]) -> Result<Vec<CreateOutcome>, StoreError> {
+    /// Creation inside a caller's transaction.
+    pub(crate) async fn create_in(&self, tx: &mut MySqlConnection, batch: &[NewInstance]) -> Result<Vec<CreateOutcome>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
         let now = ax_domain::now();
         // The same trigger twice in one batch: the first one speaks for both.
         let mut first_of: HashMap<(&TaskId, &str), usize> = HashMap::new();
@@ -80,7 +93,6 @@ impl Store {
             }
         }
 
-        let mut tx = self.pool.begin().await.at("begin create instances")?;
         let mut claim = QueryBuilder::new("INSERT INTO instance_triggers (task_id, trigger_id, instance_id, created_at) ");
         claim.push_values(&unique, |mut row, &index| {
             row.push_bind(batch[index].task_id.as_str().to_owned())
@@ -121,51 +133,140 @@ impl Store {
         }
 
         if !created.is_empty() {
-            let rows: Vec<(&NewInstance, &InstanceId, TraceId)> =
-                created.iter().map(|&i| (&batch[i], &fresh_ids[i], TraceId::generate())).collect();
-            insert_instances(&mut tx, &rows, now).await?;
+            let decisions = self.admit(&mut *tx, batch, &created, &fresh_ids).await?;
+            let rows: Vec<(&NewInstance, &InstanceId, TraceId, StateKind, String)> = created
+                .iter()
+                .zip(decisions)
+                .map(|(&i, (state, reason))| (&batch[i], &fresh_ids[i], TraceId::generate(), state, reason))
+                .collect();
+            insert_instances(&mut *tx, &rows, now).await?;
             let events: Vec<InstanceTransitioned> = rows
                 .iter()
-                .map(|(new, id, trace_id)| InstanceTransitioned {
+                .map(|(new, id, trace_id, state, reason)| InstanceTransitioned {
                     task: new.task_name.clone(),
                     task_version: new.task_version,
                     instance_id: (*id).clone(),
                     attempt: 1,
                     seq: 1,
                     from: None,
-                    to: new.initial,
+                    to: *state,
                     operator: new.operator.clone(),
-                    reason: new.reason.clone(),
+                    reason: reason.clone(),
                     worker_id: None,
                     trigger_type: new.trigger_type,
                     trigger_id: new.trigger_id.clone(),
                     trace_id: trace_id.clone(),
                 })
                 .collect();
-            append_events(&mut tx, self, &events, now).await?;
+            append_events(&mut *tx, self, &events, now).await?;
         }
-        tx.commit().await.at("commit create instances")?;
         Ok(outcomes)
+    }
+
+    /// Seed 4.1, first layer: the state each new instance is born in. Tasks with
+    /// `max_running_instances` are decided under their row lock (taken in task-id
+    /// order, so two batches cannot deadlock): below the limit an instance is
+    /// CREATED; at it, `serial` makes it WAITING, `discard` DISCARDED, and `replace`
+    /// cancels the oldest active instance to make room.
+    async fn admit(
+        &self,
+        tx: &mut MySqlConnection,
+        batch: &[NewInstance],
+        created: &[usize],
+        fresh_ids: &[InstanceId],
+    ) -> Result<Vec<(StateKind, String)>, StoreError> {
+        let mut decisions: Vec<(StateKind, String)> = created.iter().map(|&i| (batch[i].initial, batch[i].reason.clone())).collect();
+        let mut limited: Vec<&TaskId> = created
+            .iter()
+            .filter(|&&i| batch[i].concurrency.is_some() && batch[i].initial == StateKind::Created)
+            .map(|&i| &batch[i].task_id)
+            .collect();
+        limited.sort_unstable();
+        limited.dedup();
+        let mut cancels = Vec::new();
+        for task_id in limited {
+            sqlx::query("SELECT id FROM tasks WHERE id = ? FOR UPDATE").bind(task_id.as_str()).execute(&mut *tx).await.at("lock task for concurrency")?;
+            let active: Vec<String> = sqlx::query_scalar(include_str!("../../queries/instances_active_of_task.sql"))
+                .bind(task_id.as_str())
+                .fetch_all(&mut *tx)
+                .await
+                .at("count active instances")?;
+            let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_id = ? AND state = 'WAITING'")
+                .bind(task_id.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .at("count waiting instances")?;
+            let mut active: std::collections::VecDeque<String> = active.into();
+            let mut waiting = waiting.max(0) as usize;
+            for (slot, &index) in created.iter().enumerate() {
+                let new = &batch[index];
+                let Some((max, strategy)) = new.concurrency else { continue };
+                if &new.task_id != task_id || new.initial != StateKind::Created {
+                    continue;
+                }
+                // FIFO: an instance may not overtake ones already waiting.
+                if active.len() < max as usize && waiting == 0 {
+                    active.push_back(fresh_ids[index].as_str().to_owned());
+                    continue;
+                }
+                let held = format!("{} of max_running_instances {max} active", active.len());
+                decisions[slot] = match strategy {
+                    BlockingStrategy::Serial => {
+                        waiting += 1;
+                        (StateKind::Waiting, format!("waiting: {held}"))
+                    }
+                    BlockingStrategy::Discard => (StateKind::Discarded, format!("discarded: {held}")),
+                    BlockingStrategy::Replace => {
+                        let Some(oldest) = active.pop_front() else {
+                            return Err(StoreError::Corrupt { what: "instances", reason: "replace with nothing active".into() });
+                        };
+                        if let Some(pos) = created.iter().position(|&i| fresh_ids[i].as_str() == oldest) {
+                            // The one to replace is new in this same batch: it never starts.
+                            decisions[pos] = (StateKind::Discarded, format!("replaced by {}", fresh_ids[index]));
+                        } else {
+                            cancels.push((oldest, fresh_ids[index].clone()));
+                        }
+                        active.push_back(fresh_ids[index].as_str().to_owned());
+                        (StateKind::Created, String::new())
+                    }
+                };
+            }
+        }
+        if !cancels.is_empty() {
+            let requests: Vec<crate::TransitionRequest> = cancels
+                .into_iter()
+                .filter_map(|(old, by)| {
+                    Some(crate::TransitionRequest {
+                        instance_id: old.parse().ok()?,
+                        command: ax_domain::state::Command::Cancel { reason: format!("replaced by {by}") },
+                        operator: "concurrency".into(),
+                        result: None,
+                    })
+                })
+                .collect();
+            self.apply_in(&mut *tx, &requests).await?;
+        }
+        Ok(decisions)
     }
 }
 
 async fn insert_instances(
     conn: &mut MySqlConnection,
-    rows: &[(&NewInstance, &InstanceId, TraceId)],
+    rows: &[(&NewInstance, &InstanceId, TraceId, StateKind, String)],
     now: Timestamp,
 ) -> Result<(), StoreError> {
     let mut insert = QueryBuilder::new(
         "INSERT INTO instances (id, created_at, task_id, task_name, task_version, state, attempt, seq, trigger_type, \
          trigger_id, trace_id, params, payload_version, priority, due_at, finished_at, reason, updated_at) ",
     );
-    insert.push_values(rows, |mut row, (new, id, trace_id)| {
-        let finished_at = new.initial.is_final().then_some(now);
+    insert.push_values(rows, |mut row, (new, id, trace_id, state, reason)| {
+        let finished_at = state.is_final().then_some(now);
         row.push_bind(id.as_str().to_owned())
             .push_bind(now)
             .push_bind(new.task_id.as_str().to_owned())
             .push_bind(new.task_name.clone())
             .push_bind(new.task_version)
-            .push_bind(new.initial.as_str())
+            .push_bind(state.as_str())
             .push_bind(1u32)
             .push_bind(1u32)
             .push_bind(new.trigger_type.as_str())
@@ -176,7 +277,7 @@ async fn insert_instances(
             .push_bind(new.priority.rank())
             .push_bind(new.due_at)
             .push_bind(finished_at)
-            .push_bind(truncate(&new.reason))
+            .push_bind(truncate(reason))
             .push_bind(now);
     });
     insert.build().execute(conn).await.at("insert instances")?;
@@ -276,6 +377,36 @@ impl NewInstance {
             initial,
             reason,
             operator: operator.to_owned(),
+            concurrency: definition.concurrency.max_running_instances.map(|max| (max, definition.concurrency.blocking_strategy)),
+        }
+    }
+}
+
+impl NewInstance {
+    /// The instance of one cron fire. Its trigger id `cron:<trigger index>:<fire ms>`
+    /// makes the fire unique: live firing, misfire catch-up and backfill all agree.
+    pub fn for_cron_fire(
+        task_id: &TaskId,
+        task_version: u32,
+        definition: &ax_domain::task::TaskDefinition,
+        trigger_index: u16,
+        fire: Timestamp,
+        operator: &str,
+    ) -> Self {
+        NewInstance {
+            task_id: task_id.clone(),
+            task_name: definition.task_name.clone(),
+            task_version,
+            trigger_type: TriggerKind::Cron,
+            trigger_id: format!("cron:{trigger_index}:{}", fire.timestamp_millis()),
+            params: serde_json::json!({ "fire_time": fire, "trigger_index": trigger_index }),
+            payload_version: None,
+            priority: definition.priority,
+            due_at: fire,
+            initial: StateKind::Created,
+            reason: String::new(),
+            operator: operator.to_owned(),
+            concurrency: definition.concurrency.max_running_instances.map(|m| (m, definition.concurrency.blocking_strategy)),
         }
     }
 }

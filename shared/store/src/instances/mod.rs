@@ -2,6 +2,7 @@
 
 mod create;
 mod query;
+mod release;
 mod transition;
 
 use ax_domain::ids::{InstanceId, TaskId, TraceId, WorkerId};

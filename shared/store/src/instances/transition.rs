@@ -11,6 +11,7 @@ use sqlx::QueryBuilder;
 use super::create::{append_events, truncate};
 use super::{InstanceRecord, InstanceRow, INSTANCE_COLUMNS};
 use crate::error::{retry_busy, Context, StoreError};
+use crate::leader::{check_fence, Fence};
 use crate::Store;
 
 /// A request to move one instance.
@@ -48,23 +49,53 @@ impl Store {
     /// # Errors
     /// MySQL failures, after retrying lock conflicts; nothing of the batch is written then.
     pub async fn transition(&self, batch: &[TransitionRequest]) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
+        self.transition_fenced(batch, None).await
+    }
+
+    /// [`Store::transition`] for leader work: commits only while `fence` is the
+    /// current leadership term.
+    ///
+    /// # Errors
+    /// [`StoreError::Fenced`] when another scheduler has become leader since.
+    pub async fn transition_fenced(
+        &self,
+        batch: &[TransitionRequest],
+        fence: Option<Fence>,
+    ) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let outcomes = retry_busy(|| self.transition_once(batch)).await?;
+        let outcomes = retry_busy(|| self.transition_once(batch, fence)).await?;
         if outcomes.iter().any(Result::is_ok) {
             self.outbox_written.notify_one();
         }
         Ok(outcomes)
     }
 
-    async fn transition_once(&self, batch: &[TransitionRequest]) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
+    async fn transition_once(&self, batch: &[TransitionRequest], fence: Option<Fence>) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
+        let mut tx = self.pool.begin().await.at("begin transition")?;
+        if let Some(fence) = fence {
+            check_fence(&mut tx, fence).await?;
+        }
+        let outcomes = self.apply_in(&mut tx, batch).await?;
+        tx.commit().await.at("commit transition")?;
+        Ok(outcomes)
+    }
+
+    /// The guarded transition inside a caller's transaction (so creation, release
+    /// and transitions can share one commit).
+    pub(crate) async fn apply_in(
+        &self,
+        tx: &mut sqlx::MySqlConnection,
+        batch: &[TransitionRequest],
+    ) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
         let now = ax_domain::now();
         let mut ids: Vec<&str> = batch.iter().map(|r| r.instance_id.as_str()).collect();
         ids.sort_unstable();
         ids.dedup();
-
-        let mut tx = self.pool.begin().await.at("begin transition")?;
         // Locks in primary-key order, so concurrent batches cannot deadlock each other.
         let mut select = QueryBuilder::new(format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id IN ("));
         let mut list = select.separated(", ");
@@ -95,7 +126,7 @@ impl Store {
                 }
             };
             let after = next_record(before, &moved.state, moved.attempt, &moved.reason, request.result.clone(), now);
-            write_guarded(&mut tx, before, &after).await?;
+            write_guarded(&mut *tx, before, &after).await?;
             let event = InstanceTransitioned {
                 task: after.task_name.clone(),
                 task_version: after.task_version,
@@ -116,9 +147,8 @@ impl Store {
             outcomes.push(Ok(Applied { instance: after, event }));
         }
         if !events.is_empty() {
-            append_events(&mut tx, self, &events, now).await?;
+            append_events(&mut *tx, self, &events, now).await?;
         }
-        tx.commit().await.at("commit transition")?;
         Ok(outcomes)
     }
 }

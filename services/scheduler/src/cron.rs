@@ -1,0 +1,244 @@
+//! Cron on the leader: a planner that reads the schedules due in the next few
+//! seconds from MySQL (an index range, never a scan of every task) and indexes
+//! each fire in Redis at its time; the timer fires them at their second.
+//!
+//! A fire creates its instance and advances the schedule in one fenced
+//! transaction, with trigger id `cron:<trigger index>:<fire time ms>`, so a fire
+//! happens at most once across restarts, failovers and double planning. Fires
+//! that were missed (no leader, a disabled task enabled again) follow the
+//! trigger's misfire policy.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ax_domain::cron_expr::CronSchedule;
+use ax_domain::ids::TaskId;
+use ax_domain::task::{MisfirePolicy, TaskDefinition, TriggerSpec};
+use ax_domain::Timestamp;
+use ax_queue::DueIndex;
+use ax_store::schedules::{CronFire, CronRow};
+use ax_store::{NewInstance, StoreError};
+use chrono::TimeDelta;
+
+use crate::leader::Term;
+use crate::{dispatch, metrics, Shared};
+
+/// How far ahead fires are planned into Redis.
+const WINDOW: TimeDelta = TimeDelta::seconds(3);
+const PLAN_EVERY: Duration = Duration::from_millis(500);
+/// A fire older than this when first seen was missed, not merely late.
+const MISFIRE_GRACE: TimeDelta = TimeDelta::seconds(2);
+/// Re-plan the whole window now and then (after a Redis flush, nothing is lost).
+const REPLAN_EVERY: Duration = Duration::from_secs(15);
+const READ_LIMIT: u32 = 20_000;
+
+/// Fires planned by this leader, by due-index member.
+pub type Planned = Arc<Mutex<HashMap<String, CronRow>>>;
+
+fn member(row: &CronRow, fire: Timestamp) -> String {
+    format!("c:{}:{}:{}", row.task_id, row.trigger_index, fire.timestamp_millis())
+}
+
+/// Parsed expressions, by (expression, zone); parsing is not free and 100,000
+/// tasks share few distinct expressions.
+#[derive(Default)]
+struct Schedules(HashMap<(String, String), Option<CronSchedule>>);
+
+impl Schedules {
+    fn get(&mut self, row: &CronRow) -> Option<&CronSchedule> {
+        self.0
+            .entry((row.expression.clone(), row.timezone.clone()))
+            .or_insert_with(|| CronSchedule::parse(&row.expression, &row.timezone).ok())
+            .as_ref()
+    }
+}
+
+pub(crate) async fn plan(shared: Shared, term: Term) -> anyhow::Result<()> {
+    let due = DueIndex::new(&shared.deps.queues);
+    let mut schedules = Schedules::default();
+    let epoch_start = Timestamp::from(std::time::UNIX_EPOCH);
+    let mut cursor = epoch_start;
+    let mut last_replan = tokio::time::Instant::now();
+    loop {
+        if last_replan.elapsed() >= REPLAN_EVERY {
+            cursor = epoch_start;
+            last_replan = tokio::time::Instant::now();
+        }
+        match plan_pass(&shared, &term, &due, &mut schedules, cursor).await {
+            Ok(next_cursor) => cursor = next_cursor,
+            Err(err) => {
+                if matches!(err.downcast_ref::<StoreError>(), Some(StoreError::Fenced { .. })) {
+                    ::metrics::counter!(metrics::FENCED_WRITES).increment(1);
+                    return Ok(());
+                }
+                tracing::warn!(error = ?err, "cron planning pass failed");
+                ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "cron_plan").increment(1);
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = term.token.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(PLAN_EVERY) => {}
+        }
+    }
+}
+
+/// One pass; returns the new cursor (everything due up to it is planned).
+async fn plan_pass(shared: &Shared, term: &Term, due: &DueIndex, schedules: &mut Schedules, cursor: Timestamp) -> anyhow::Result<Timestamp> {
+    let now = ax_domain::now();
+    let until = now + WINDOW;
+    let rows = shared.deps.store.cron_due(cursor, until, READ_LIMIT).await?;
+    let full = rows.len() as u32 == READ_LIMIT;
+    let next_cursor = if full { rows.last().map(|r| r.next_fire_at).unwrap_or(until) } else { until };
+
+    let mut entries = Vec::new();
+    let mut misfires = Vec::new();
+    for row in rows {
+        let Some(schedule) = schedules.get(&row).cloned() else {
+            tracing::warn!(task = %row.task_name, expression = %row.expression, "stored cron expression no longer parses; skipped");
+            continue;
+        };
+        if row.next_fire_at < now - MISFIRE_GRACE {
+            if let Some(fire) = misfire(shared, &row, &schedule, now).await? {
+                misfires.push(fire);
+            }
+            continue;
+        }
+        // Every fire of this schedule inside the window, so the cursor never has to
+        // come back for it.
+        let mut fire = row.next_fire_at;
+        let mut planned = shared.planned.lock().expect("planned lock");
+        while fire <= until {
+            let key = member(&row, fire);
+            entries.push((key.clone(), fire.timestamp_millis()));
+            planned.insert(key, row.clone());
+            match schedule.next_after(fire) {
+                Some(next) => fire = next,
+                None => break,
+            }
+        }
+    }
+    if !misfires.is_empty() {
+        let outcomes = shared.deps.store.fire_cron(&misfires, Some(term.fence)).await?;
+        tracing::info!(schedules = misfires.len(), instances = outcomes.len(), "missed cron fires handled by their misfire policy");
+        dispatch::kick(shared).await;
+    }
+    if !entries.is_empty() {
+        due.add(&entries).await?;
+        shared.timer_wake.notify_one();
+    }
+    Ok(next_cursor)
+}
+
+fn definition_trigger(definition: &TaskDefinition, index: u16) -> Option<(MisfirePolicy, u32)> {
+    match definition.triggers.get(index as usize)? {
+        TriggerSpec::Cron { misfire, misfire_limit, .. } => Some((*misfire, *misfire_limit)),
+        _ => None,
+    }
+}
+
+async fn misfire(shared: &Shared, row: &CronRow, schedule: &CronSchedule, now: Timestamp) -> anyhow::Result<Option<CronFire>> {
+    let task_id: TaskId = row.task_id.parse()?;
+    let Some(definition) = shared.tasks.get(&task_id, row.task_version).await? else { return Ok(None) };
+    let (policy, limit) = definition_trigger(&definition, row.trigger_index).unwrap_or((MisfirePolicy::FireOnce, 1));
+    let missed = std::iter::once(row.next_fire_at)
+        .chain(schedule.fires_between(row.next_fire_at, now, limit as usize))
+        .take(limit as usize + 1)
+        .collect::<Vec<_>>();
+    let chosen: Vec<Timestamp> = match policy {
+        MisfirePolicy::Skip => Vec::new(),
+        MisfirePolicy::FireOnce => missed.last().copied().into_iter().collect(),
+        MisfirePolicy::FireAll => missed.iter().copied().take(limit as usize).collect(),
+    };
+    let policy_name = match policy {
+        MisfirePolicy::Skip => "skip",
+        MisfirePolicy::FireOnce => "fire_once",
+        MisfirePolicy::FireAll => "fire_all",
+    };
+    ::metrics::counter!(metrics::CRON_MISFIRES, "task" => row.task_name.clone(), "policy" => policy_name).increment(missed.len() as u64);
+    let Some(new_next) = schedule.next_after(now) else { return Ok(None) };
+    Ok(Some(CronFire {
+        task_id,
+        trigger_index: row.trigger_index,
+        expected_next: row.next_fire_at,
+        new_next,
+        instances: chosen.into_iter().map(|fire| new_instance(row, &definition, fire, "cron misfire")).collect(),
+    }))
+}
+
+fn new_instance(row: &CronRow, definition: &TaskDefinition, fire: Timestamp, operator: &str) -> NewInstance {
+    let task_id: TaskId = row.task_id.parse().expect("schedule rows hold valid task ids");
+    NewInstance::for_cron_fire(&task_id, row.task_version, definition, row.trigger_index, fire, operator)
+}
+
+/// Fires planned cron entries that are due; returns the members handled.
+pub(crate) async fn fire(shared: &Shared, term: &Term, members: &[(String, i64)]) -> anyhow::Result<Vec<String>> {
+    let mut fires = Vec::with_capacity(members.len());
+    let mut handled = Vec::with_capacity(members.len());
+    let mut schedules = Schedules::default();
+    for (key, fire_ms) in members {
+        handled.push(key.clone());
+        let planned = shared.planned.lock().expect("planned lock").get(key).cloned();
+        let row = match planned {
+            Some(row) => row,
+            None => match lookup(shared, key).await? {
+                Some(row) => row,
+                None => continue, // the schedule is gone or moved on
+            },
+        };
+        let fire_at = chrono::DateTime::from_timestamp_millis(*fire_ms).unwrap_or_default();
+        let Some(schedule) = schedules.get(&row).cloned() else { continue };
+        let Some(new_next) = schedule.next_after(fire_at) else { continue };
+        let task_id: TaskId = row.task_id.parse()?;
+        let Some(definition) = shared.tasks.get(&task_id, row.task_version).await? else { continue };
+        fires.push(CronFire {
+            task_id,
+            trigger_index: row.trigger_index,
+            expected_next: fire_at,
+            new_next,
+            instances: vec![new_instance(&row, &definition, fire_at, "cron")],
+        });
+    }
+    if fires.is_empty() {
+        return Ok(handled);
+    }
+    let outcomes = match shared.deps.store.fire_cron(&fires, Some(term.fence)).await {
+        Ok(outcomes) => outcomes,
+        Err(err @ StoreError::Fenced { .. }) => {
+            ::metrics::counter!(metrics::FENCED_WRITES).increment(1);
+            term.token.cancel();
+            return Err(err.into());
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let now = ax_domain::now();
+    for fire in &fires {
+        let task = &fire.instances[0].task_name;
+        ::metrics::histogram!(metrics::CRON_FIRE_SKEW).record((now - fire.expected_next).as_seconds_f64().max(0.0));
+        ::metrics::counter!(metrics::CRON_FIRES, "task" => task.clone()).increment(1);
+    }
+    {
+        let mut planned = shared.planned.lock().expect("planned lock");
+        for key in &handled {
+            planned.remove(key);
+        }
+    }
+    if !outcomes.is_empty() {
+        dispatch::kick(shared).await;
+    }
+    Ok(handled)
+}
+
+/// A member planned by an earlier leader: its schedule row, if it still waits for that fire.
+async fn lookup(shared: &Shared, key: &str) -> anyhow::Result<Option<CronRow>> {
+    let mut parts = key.splitn(4, ':');
+    let (Some("c"), Some(task_id), Some(index), Some(fire_ms)) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return Ok(None);
+    };
+    let (Ok(task_id), Ok(index), Ok(fire_ms)) = (task_id.parse::<TaskId>(), index.parse::<u16>(), fire_ms.parse::<i64>()) else {
+        return Ok(None);
+    };
+    let rows = shared.deps.store.cron_schedules_of(&task_id).await?;
+    Ok(rows.into_iter().find(|r| r.trigger_index == index && r.next_fire_at.timestamp_millis() == fire_ms))
+}

@@ -1,0 +1,4 @@
+SELECT id
+FROM instances
+WHERE task_id = ? AND state IN ('CREATED', 'DISPATCHED', 'RUNNING', 'RETRYING')
+ORDER BY id

@@ -1,0 +1,178 @@
+//! Cron schedules: the authoritative next fire of every cron trigger.
+//!
+//! `next_fire_at` moves forward only in the transaction that creates the fire's
+//! instance (or that skips it by the misfire policy), guarded by its previous value.
+//! Whatever was planned elsewhere (Redis) can be lost and planned again from here.
+
+use ax_domain::cron_expr::CronSchedule;
+use ax_domain::ids::TaskId;
+use ax_domain::task::{TaskDefinition, TriggerSpec};
+use ax_domain::Timestamp;
+use sqlx::{FromRow, MySqlConnection};
+
+use crate::error::{retry_busy, Context, StoreError};
+use crate::instances::{CreateOutcome, NewInstance};
+use crate::leader::{check_fence, Fence};
+use crate::Store;
+
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct CronRow {
+    pub task_id: String,
+    pub trigger_index: u16,
+    pub task_name: String,
+    pub task_version: u32,
+    pub expression: String,
+    pub timezone: String,
+    pub next_fire_at: Timestamp,
+}
+
+/// One schedule moving forward: from `expected_next` to `new_next`, creating `instances`
+/// (none when the misfire policy skips).
+#[derive(Debug, Clone)]
+pub struct CronFire {
+    pub task_id: TaskId,
+    pub trigger_index: u16,
+    pub expected_next: Timestamp,
+    pub new_next: Timestamp,
+    pub instances: Vec<NewInstance>,
+}
+
+/// Brings the task's schedule rows in line with its cron triggers. A trigger whose
+/// expression and zone did not change keeps its next fire, so an unrelated update
+/// neither skips nor repeats a fire.
+pub(crate) async fn sync_schedules(
+    tx: &mut MySqlConnection,
+    task_id: &TaskId,
+    definition: &TaskDefinition,
+    version: u32,
+    previous: Option<&TaskDefinition>,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let crons: Vec<(u16, &str, &str)> = definition
+        .triggers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| match t {
+            TriggerSpec::Cron { cron, timezone, .. } => Some((i as u16, cron.as_str(), timezone.as_str())),
+            _ => None,
+        })
+        .collect();
+    let had_crons = previous.is_some_and(|p| p.triggers.iter().any(|t| matches!(t, TriggerSpec::Cron { .. })));
+    if crons.is_empty() && !had_crons {
+        return Ok(());
+    }
+    let existing: Vec<CronRow> = sqlx::query_as(
+        "SELECT task_id, trigger_index, task_name, task_version, expression, timezone, next_fire_at FROM cron_schedules WHERE task_id = ? FOR UPDATE",
+    )
+    .bind(task_id.as_str())
+    .fetch_all(&mut *tx)
+    .await
+    .at("read cron schedules")?;
+    sqlx::query("DELETE FROM cron_schedules WHERE task_id = ?").bind(task_id.as_str()).execute(&mut *tx).await.at("drop cron schedules")?;
+    for (index, expression, timezone) in crons {
+        let kept = existing
+            .iter()
+            .find(|row| row.trigger_index == index && row.expression == expression && row.timezone == timezone)
+            .map(|row| row.next_fire_at);
+        let next = match kept {
+            Some(next) => next,
+            None => {
+                let schedule = CronSchedule::parse(expression, timezone)
+                    .map_err(|e| StoreError::Refused { field: format!("triggers[{index}].{}", e.field()), reason: e.to_string() })?;
+                match schedule.next_after(now) {
+                    Some(next) => next,
+                    None => continue, // an expression with no future fire (a past year)
+                }
+            }
+        };
+        sqlx::query(
+            "INSERT INTO cron_schedules (task_id, trigger_index, task_name, task_version, expression, timezone, next_fire_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(task_id.as_str())
+        .bind(index)
+        .bind(&definition.task_name)
+        .bind(version)
+        .bind(expression)
+        .bind(timezone)
+        .bind(next)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .at("insert cron schedule")?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Schedules of enabled tasks due in `(after, until]`, soonest first. The planner
+    /// reads a window at a time; the index on `next_fire_at` means 100,000 schedules
+    /// cost a range read of the due ones, not a scan.
+    pub async fn cron_due(&self, after: Timestamp, until: Timestamp, limit: u32) -> Result<Vec<CronRow>, StoreError> {
+        sqlx::query_as(include_str!("../queries/cron_due.sql"))
+            .bind(after)
+            .bind(until)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .at("read due cron schedules")
+    }
+
+    /// One schedule (to check a planned fire is still current).
+    pub async fn cron_schedules_of(&self, task_id: &TaskId) -> Result<Vec<CronRow>, StoreError> {
+        sqlx::query_as(
+            "SELECT task_id, trigger_index, task_name, task_version, expression, timezone, next_fire_at FROM cron_schedules WHERE task_id = ? ORDER BY trigger_index",
+        )
+        .bind(task_id.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .at("read cron schedules of task")
+    }
+
+    /// Advances schedules and creates their instances in one transaction, fenced to
+    /// the leader's term. A fire whose schedule moved on since it was planned (fired
+    /// already, or the definition changed) is dropped. Returns the creations.
+    ///
+    /// # Errors
+    /// [`StoreError::Fenced`] when this scheduler no longer leads.
+    pub async fn fire_cron(&self, fires: &[CronFire], fence: Option<Fence>) -> Result<Vec<CreateOutcome>, StoreError> {
+        if fires.is_empty() {
+            return Ok(Vec::new());
+        }
+        let outcomes = retry_busy(|| async {
+            let now = ax_domain::now();
+            let mut tx = self.pool.begin().await.at("begin fire cron")?;
+            if let Some(fence) = fence {
+                check_fence(&mut tx, fence).await?;
+            }
+            let mut instances = Vec::new();
+            for fire in fires {
+                // Only while the task is enabled: a disabled task's schedule stays where it
+                // was, so enabling it later meets the misfire policy.
+                let moved = sqlx::query(
+                    "UPDATE cron_schedules s JOIN tasks t ON t.id = s.task_id SET s.next_fire_at = ?, s.updated_at = ? \
+                     WHERE s.task_id = ? AND s.trigger_index = ? AND s.next_fire_at = ? AND t.enabled = 1 AND t.deleted_at IS NULL",
+                )
+                .bind(fire.new_next)
+                .bind(now)
+                .bind(fire.task_id.as_str())
+                .bind(fire.trigger_index)
+                .bind(fire.expected_next)
+                .execute(&mut *tx)
+                .await
+                .at("advance cron schedule")?;
+                if moved.rows_affected() == 1 {
+                    instances.extend(fire.instances.iter().cloned());
+                }
+            }
+            let outcomes = self.create_in(&mut tx, &instances).await?;
+            tx.commit().await.at("commit fire cron")?;
+            Ok(outcomes)
+        })
+        .await?;
+        if !outcomes.is_empty() {
+            self.outbox_written.notify_one();
+        }
+        Ok(outcomes)
+    }
+}
