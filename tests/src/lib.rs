@@ -51,6 +51,11 @@ pub struct TestEnv {
 impl TestEnv {
     /// A fresh database (migrated), a fresh namespace with its streams applied.
     pub async fn new() -> Self {
+        let log = ax_runtime::config::LogConfig {
+            log: std::env::var("AX_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            log_format: "text".into(),
+        };
+        ax_runtime::telemetry::init_tracing(&log);
         let id = ulid::Ulid::new().to_string().to_ascii_lowercase();
         let namespace = format!("axt_{}", &id[id.len() - 12..]);
         let names = Names::new(&namespace);
@@ -276,4 +281,40 @@ pub async fn wait_for_api(base: &str) {
         }
     })
     .await;
+}
+
+/// Runs of each instance id, counted by the handlers tests install.
+pub type RunLog = std::sync::Arc<std::sync::Mutex<Vec<(String, std::time::Instant, std::time::Instant)>>>;
+
+/// A handler that sleeps `ms`, then records (instance id, start, end) in `log`.
+pub fn recording_handler(log: RunLog, ms: u64) -> std::sync::Arc<dyn ax_worker::Handler> {
+    ax_worker::handler_fn(move |ctx: ax_worker::TaskContext| {
+        let log = log.clone();
+        async move {
+            let start = std::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            log.lock().unwrap().push((ctx.instance_id.as_str().to_owned(), start, std::time::Instant::now()));
+            Ok(None)
+        }
+    })
+}
+
+/// Instances of a task by state, straight from MySQL.
+pub async fn count_in_state(env: &TestEnv, task: &str, state: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = ? AND state = ?")
+        .bind(task)
+        .bind(state)
+        .fetch_one(env.store.pool())
+        .await
+        .expect("count instances")
+}
+
+/// p50, p99 and max of `values` (sorted in place).
+pub fn percentiles(values: &mut [f64]) -> (f64, f64, f64) {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if values.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    let at = |q: f64| values[((values.len() as f64 - 1.0) * q).round() as usize];
+    (at(0.5), at(0.99), values[values.len() - 1])
 }

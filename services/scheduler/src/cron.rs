@@ -8,7 +8,8 @@
 //! that were missed (no leader, a disabled task enabled again) follow the
 //! trigger's misfire policy.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use ax_queue::DueIndex;
 use ax_store::schedules::{CronFire, CronRow};
 use ax_store::{NewInstance, StoreError};
 use chrono::TimeDelta;
+use futures::StreamExt;
 
 use crate::leader::Term;
 use crate::{dispatch, metrics, Shared};
@@ -29,7 +31,7 @@ const WINDOW: TimeDelta = TimeDelta::seconds(3);
 const PLAN_EVERY: Duration = Duration::from_millis(500);
 /// A fire older than this when first seen was missed, not merely late.
 const MISFIRE_GRACE: TimeDelta = TimeDelta::seconds(2);
-/// Re-plan the whole window now and then (after a Redis flush, nothing is lost).
+/// Re-plan from MySQL now and then (after a Redis flush, nothing is lost).
 const REPLAN_EVERY: Duration = Duration::from_secs(15);
 const READ_LIMIT: u32 = 20_000;
 
@@ -54,68 +56,136 @@ impl Schedules {
     }
 }
 
+/// The leader's in-memory plan: every schedule it has seen, in a min-heap by its
+/// next fire not yet indexed in Redis. MySQL is read only for schedules entering
+/// the window (a range on `next_fire_at` past a cursor) and for tasks that changed,
+/// so 100,000 schedules cost a heap, not 100,000 reads a minute.
+struct Plan {
+    heap: BinaryHeap<Reverse<(Timestamp, Key, u64)>>,
+    rows: HashMap<Key, (CronRow, u64)>,
+    generation: u64,
+    cursor: Timestamp,
+    schedules: Schedules,
+}
+
+type Key = (String, u16);
+
+impl Plan {
+    fn new() -> Self {
+        Self { heap: BinaryHeap::new(), rows: HashMap::new(), generation: 0, cursor: epoch_start(), schedules: Schedules::default() }
+    }
+
+    fn track(&mut self, row: CronRow, first_unplanned: Timestamp) {
+        self.generation += 1;
+        let key = (row.task_id.clone(), row.trigger_index);
+        self.heap.push(Reverse((first_unplanned, key.clone(), self.generation)));
+        self.rows.insert(key, (row, self.generation));
+    }
+
+    fn forget_task(&mut self, task_name: &str) {
+        self.rows.retain(|_, (row, _)| row.task_name != task_name);
+    }
+}
+
+fn epoch_start() -> Timestamp {
+    Timestamp::from(std::time::UNIX_EPOCH)
+}
+
 pub(crate) async fn plan(shared: Shared, term: Term) -> anyhow::Result<()> {
     let due = DueIndex::new(&shared.deps.queues);
-    let mut schedules = Schedules::default();
-    let epoch_start = Timestamp::from(std::time::UNIX_EPOCH);
-    let mut cursor = epoch_start;
+    let mut task_events = shared.deps.bus.client.subscribe(format!("{}.event.task.*.*", shared.deps.bus.names.namespace())).await?;
+    let mut plan = Plan::new();
     let mut last_replan = tokio::time::Instant::now();
+    let mut changed: Vec<String> = Vec::new();
     loop {
         if last_replan.elapsed() >= REPLAN_EVERY {
-            cursor = epoch_start;
+            // From scratch now and then: whatever Redis lost is indexed again.
+            plan = Plan::new();
             last_replan = tokio::time::Instant::now();
         }
-        match plan_pass(&shared, &term, &due, &mut schedules, cursor).await {
-            Ok(next_cursor) => cursor = next_cursor,
+        match plan_pass(&shared, &term, &due, &mut plan, std::mem::take(&mut changed)).await {
+            Ok(()) => {}
             Err(err) => {
                 if matches!(err.downcast_ref::<StoreError>(), Some(StoreError::Fenced { .. })) {
                     ::metrics::counter!(metrics::FENCED_WRITES).increment(1);
+                    term.token.cancel();
                     return Ok(());
                 }
                 tracing::warn!(error = ?err, "cron planning pass failed");
                 ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "cron_plan").increment(1);
+                plan = Plan::new();
             }
         }
-        tokio::select! {
-            biased;
-            _ = term.token.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(PLAN_EVERY) => {}
+        let deadline = tokio::time::sleep(PLAN_EVERY);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                biased;
+                _ = term.token.cancelled() => return Ok(()),
+                Some(message) = task_events.next() => {
+                    // ax.event.task.<task>.<action>: reload that task's schedules at once.
+                    if let Some(task) = message.headers.as_ref().and_then(|h| h.get("Ax-Task")).map(|v| v.as_str().to_owned()) {
+                        changed.push(task);
+                    }
+                    break;
+                }
+                _ = &mut deadline => break,
+            }
         }
     }
 }
 
-/// One pass; returns the new cursor (everything due up to it is planned).
-async fn plan_pass(shared: &Shared, term: &Term, due: &DueIndex, schedules: &mut Schedules, cursor: Timestamp) -> anyhow::Result<Timestamp> {
+/// One pass: reload changed tasks, discover schedules entering the window, index
+/// every fire up to the window's end, handle misfires.
+async fn plan_pass(shared: &Shared, term: &Term, due: &DueIndex, plan: &mut Plan, changed: Vec<String>) -> anyhow::Result<()> {
     let now = ax_domain::now();
     let until = now + WINDOW;
-    let rows = shared.deps.store.cron_due(cursor, until, READ_LIMIT).await?;
-    let full = rows.len() as u32 == READ_LIMIT;
-    let next_cursor = if full { rows.last().map(|r| r.next_fire_at).unwrap_or(until) } else { until };
-
-    let mut entries = Vec::new();
     let mut misfires = Vec::new();
-    for row in rows {
-        let Some(schedule) = schedules.get(&row).cloned() else {
+    let mut fresh: Vec<CronRow> = Vec::new();
+    for task in changed {
+        plan.forget_task(&task);
+        fresh.extend(shared.deps.store.active_schedules_of(&task).await?);
+    }
+    let entering = shared.deps.store.cron_due(plan.cursor, until, READ_LIMIT).await?;
+    plan.cursor = if entering.len() as u32 == READ_LIMIT { entering.last().map(|r| r.next_fire_at).unwrap_or(until) } else { until };
+    fresh.extend(entering.into_iter().filter(|r| !plan.rows.contains_key(&(r.task_id.clone(), r.trigger_index))));
+    for row in fresh {
+        let Some(schedule) = plan.schedules.get(&row).cloned() else {
             tracing::warn!(task = %row.task_name, expression = %row.expression, "stored cron expression no longer parses; skipped");
             continue;
         };
         if row.next_fire_at < now - MISFIRE_GRACE {
-            if let Some(fire) = misfire(shared, &row, &schedule, now).await? {
+            if let Some(fire) = misfire(shared, &row, &schedule, now, term.fence.epoch).await? {
+                let next = fire.new_next;
                 misfires.push(fire);
+                let mut row = row;
+                row.next_fire_at = next;
+                plan.track(row, next);
             }
             continue;
         }
-        // Every fire of this schedule inside the window, so the cursor never has to
-        // come back for it.
-        let mut fire = row.next_fire_at;
+        let first = row.next_fire_at;
+        plan.track(row, first);
+    }
+
+    let mut entries = Vec::new();
+    {
         let mut planned = shared.planned.lock().expect("planned lock");
-        while fire <= until {
-            let key = member(&row, fire);
-            entries.push((key.clone(), fire.timestamp_millis()));
-            planned.insert(key, row.clone());
-            match schedule.next_after(fire) {
-                Some(next) => fire = next,
-                None => break,
+        while let Some(Reverse((fire, _, _))) = plan.heap.peek() {
+            if *fire > until {
+                break;
+            }
+            let Reverse((fire, key, generation)) = plan.heap.pop().expect("peeked");
+            let Some((row, current)) = plan.rows.get(&key) else { continue };
+            if *current != generation {
+                continue; // superseded by a reload
+            }
+            let row = row.clone();
+            let member = member(&row, fire);
+            entries.push((member.clone(), fire.timestamp_millis()));
+            planned.insert(member, row.clone());
+            if let Some(next) = plan.schedules.get(&row).and_then(|s| s.next_after(fire)) {
+                plan.heap.push(Reverse((next, key, generation)));
             }
         }
     }
@@ -128,7 +198,7 @@ async fn plan_pass(shared: &Shared, term: &Term, due: &DueIndex, schedules: &mut
         due.add(&entries).await?;
         shared.timer_wake.notify_one();
     }
-    Ok(next_cursor)
+    Ok(())
 }
 
 fn definition_trigger(definition: &TaskDefinition, index: u16) -> Option<(MisfirePolicy, u32)> {
@@ -138,7 +208,7 @@ fn definition_trigger(definition: &TaskDefinition, index: u16) -> Option<(Misfir
     }
 }
 
-async fn misfire(shared: &Shared, row: &CronRow, schedule: &CronSchedule, now: Timestamp) -> anyhow::Result<Option<CronFire>> {
+async fn misfire(shared: &Shared, row: &CronRow, schedule: &CronSchedule, now: Timestamp, epoch: u64) -> anyhow::Result<Option<CronFire>> {
     let task_id: TaskId = row.task_id.parse()?;
     let Some(definition) = shared.tasks.get(&task_id, row.task_version).await? else { return Ok(None) };
     let (policy, limit) = definition_trigger(&definition, row.trigger_index).unwrap_or((MisfirePolicy::FireOnce, 1));
@@ -163,7 +233,7 @@ async fn misfire(shared: &Shared, row: &CronRow, schedule: &CronSchedule, now: T
         trigger_index: row.trigger_index,
         expected_next: row.next_fire_at,
         new_next,
-        instances: chosen.into_iter().map(|fire| new_instance(row, &definition, fire, "cron misfire")).collect(),
+        instances: chosen.into_iter().map(|fire| new_instance(row, &definition, fire, &format!("cron-misfire@{epoch}"))).collect(),
     }))
 }
 
@@ -197,7 +267,7 @@ pub(crate) async fn fire(shared: &Shared, term: &Term, members: &[(String, i64)]
             trigger_index: row.trigger_index,
             expected_next: fire_at,
             new_next,
-            instances: vec![new_instance(&row, &definition, fire_at, "cron")],
+            instances: vec![new_instance(&row, &definition, fire_at, &format!("cron@{}", term.fence.epoch))],
         });
     }
     if fires.is_empty() {

@@ -126,7 +126,7 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<usize> {
         requests.push(TransitionRequest {
             instance_id: instance.id.clone(),
             command: Command::Dispatch { worker_id: worker_id.clone(), lease_expires_at: now + lease },
-            operator: "scheduler".into(),
+            operator: format!("scheduler@{}", term.fence.epoch),
             result: None,
         });
         planned.push((instance, definition, worker_id));
@@ -177,7 +177,7 @@ async fn release_due_retries(shared: &Shared, term: &Term, now: ax_domain::Times
     }
     let requests: Vec<TransitionRequest> = due
         .into_iter()
-        .map(|instance_id| TransitionRequest { instance_id, command: Command::NextAttempt, operator: "scheduler".into(), result: None })
+        .map(|instance_id| TransitionRequest { instance_id, command: Command::NextAttempt, operator: format!("scheduler@{}", term.fence.epoch), result: None })
         .collect();
     shared.deps.store.transition_fenced(&requests, Some(term.fence)).await?;
     Ok(())

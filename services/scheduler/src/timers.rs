@@ -41,7 +41,7 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
             last_reconcile = tokio::time::Instant::now();
             reconcile_wanted = false;
         }
-        let sleep = match due.earliest().await {
+        let mut sleep = match due.earliest().await {
             Ok(Some(at_ms)) => Duration::from_millis((at_ms - now_ms()).max(0) as u64).min(MAX_SLEEP),
             Ok(None) => MAX_SLEEP,
             Err(err) => {
@@ -49,11 +49,15 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
                 MAX_SLEEP
             }
         };
+        if reconcile_wanted {
+            // A throttled reconcile is owed: come back as soon as the gap allows.
+            sleep = sleep.min(RECONCILE_MIN_GAP.saturating_sub(last_reconcile.elapsed()));
+        }
         if !sleep.is_zero() {
             tokio::select! {
                 biased;
                 _ = term.token.cancelled() => return Ok(()),
-                _ = shared.timer_wake.notified() => { reconcile_wanted = true; continue }
+                _ = shared.timer_wake.notified() => continue,
                 Some(_) = kicks.next() => { reconcile_wanted = true; continue }
                 _ = tokio::time::sleep(sleep) => {}
             }

@@ -176,3 +176,19 @@ impl Store {
         Ok(outcomes)
     }
 }
+
+impl Store {
+    /// The schedules of a task by name, if it is enabled and not deleted (the
+    /// planner reloads a task's schedules when its definition or state changes).
+    pub async fn active_schedules_of(&self, task_name: &str) -> Result<Vec<CronRow>, StoreError> {
+        sqlx::query_as(
+            "SELECT s.task_id, s.trigger_index, s.task_name, s.task_version, s.expression, s.timezone, s.next_fire_at \
+             FROM cron_schedules s JOIN tasks t ON t.id = s.task_id \
+             WHERE t.name = ? AND t.enabled = 1 AND t.deleted_at IS NULL ORDER BY s.trigger_index",
+        )
+        .bind(task_name)
+        .fetch_all(&self.pool)
+        .await
+        .at("read schedules of task")
+    }
+}

@@ -1,0 +1,280 @@
+//! Every way a task fires (issue: cron, delay, chain, event) and the concurrency
+//! limits, in-process against real MySQL, Redis and NATS.
+
+use std::time::Duration;
+
+use ax_domain::state::StateKind;
+use ax_tests::{count_in_state, eventually, percentiles, recording_handler, RunLog, TestEnv};
+use serde_json::json;
+
+fn millis(t: chrono::DateTime<chrono::Utc>) -> f64 {
+    t.timestamp_micros() as f64 / 1000.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_per_second_cron_fires_once_per_second() {
+    let env = TestEnv::new().await;
+    let scheduler = env.start_scheduler(env.config(&[]));
+    let log = RunLog::default();
+    let worker = env.start_worker(env.config(&[]), vec![("record", recording_handler(log.clone(), 0))]);
+    env.register(json!({
+        "task_name": "tick", "owner": "tests",
+        "triggers": [{"type": "cron", "cron": "* * * * * *"}],
+        "execution": {"handler": "record"}
+    }))
+    .await;
+    // Watch a 10-second window that starts after the schedule is surely planned.
+    let start = (chrono::Utc::now() + chrono::TimeDelta::seconds(3)).timestamp();
+    let end = start + 10;
+    tokio::time::sleep(Duration::from_secs((end - chrono::Utc::now().timestamp() + 2) as u64)).await;
+    env.store.set_enabled("tick", false, "test").await.unwrap();
+
+    let rows: Vec<(String, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "SELECT trigger_id, due_at, created_at FROM instances WHERE task_name = 'tick' AND due_at >= FROM_UNIXTIME(?) AND due_at < FROM_UNIXTIME(?) ORDER BY due_at",
+    )
+    .bind(start)
+    .bind(end)
+    .fetch_all(env.store.pool())
+    .await
+    .unwrap();
+    let seconds: Vec<i64> = rows.iter().map(|r| r.1.timestamp()).collect();
+    assert_eq!(seconds, (start..end).collect::<Vec<_>>(), "one fire for each second of the window, none twice");
+    let mut skew: Vec<f64> = rows.iter().map(|r| millis(r.2) - millis(r.1)).collect();
+    let (p50, p99, max) = percentiles(&mut skew);
+    println!("cron fire skew over {} fires (fire time -> instance committed): p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms", rows.len());
+    assert!(skew.iter().all(|s| *s >= 0.0), "no fire before its time");
+    scheduler.stop().await;
+    worker.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delayed_triggers_survive_a_redis_flush_and_each_runs_once() {
+    let env = TestEnv::new().await;
+    let scheduler = env.start_scheduler(env.config(&[]));
+    let log = RunLog::default();
+    let worker = env.start_worker(env.config(&["--max-running", "32"]), vec![("record", recording_handler(log.clone(), 0))]);
+    let task = env.register(json!({"task_name": "later", "owner": "tests", "execution": {"handler": "record"}})).await;
+    let request = ax_domain::trigger::TriggerRequest { delay_sec: Some(3), ..Default::default() };
+    let now = ax_domain::now();
+    let batch: Vec<_> = (0..100)
+        .map(|i| ax_store::NewInstance::from_trigger(&task, &request, format!("d{i}"), ax_domain::task::TriggerKind::Delay, "test", now))
+        .collect();
+    env.store.create_instances(&batch).await.unwrap();
+    env.bus.client.publish(env.names.dispatch_kick(), bytes::Bytes::new()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+
+    // Everything this namespace holds in Redis goes (a FLUSHALL of our own keys: a
+    // real FLUSHALL would also hit tests running in parallel).
+    let client = redis::Client::open(ax_tests::redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}:*", env.namespace)).query_async(&mut conn).await.unwrap();
+    let pending: Vec<(String, chrono::DateTime<chrono::Utc>)> = env.store.future_due(ax_domain::now(), 5).await.unwrap();
+    assert!(!keys.is_empty(), "the delays were indexed in Redis ({pending:?})");
+    let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.unwrap();
+
+    eventually(Duration::from_secs(30), "all 100 delayed instances to succeed", || async {
+        (count_in_state(&env, "later", "SUCCEEDED").await == 100).then_some(())
+    })
+    .await;
+    let runs = log.lock().unwrap().clone();
+    let distinct: std::collections::HashSet<_> = runs.iter().map(|r| r.0.clone()).collect();
+    assert_eq!((runs.len(), distinct.len()), (100, 100), "each ran exactly once");
+    let lateness: Vec<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> =
+        sqlx::query_as("SELECT due_at, started_at FROM instances WHERE task_name = 'later'").fetch_all(env.store.pool()).await.unwrap();
+    let mut late: Vec<f64> = lateness.iter().map(|(due, started)| millis(*started) - millis(*due)).collect();
+    let (p50, p99, max) = percentiles(&mut late);
+    println!("delayed start - due, across a Redis flush: p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms");
+    scheduler.stop().await;
+    worker.stop().await;
+    env.cleanup().await;
+}
+
+async fn fire_twenty(env: &TestEnv, task: &str) {
+    let client_api = ax_api::AppState { store: env.store.clone(), bus: env.bus.clone(), metrics: ax_runtime::telemetry::prometheus() };
+    let record = env.store.task(task).await.unwrap().unwrap();
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        let store = client_api.store.clone();
+        let record = record.clone();
+        handles.push(tokio::spawn(async move {
+            let request = ax_domain::trigger::TriggerRequest::default();
+            let new = ax_store::NewInstance::from_trigger(&record, &request, format!("t{i}"), ax_domain::task::TriggerKind::Event, "test", ax_domain::now());
+            store.create_instances(&[new]).await.unwrap()
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    env.bus.client.publish(env.names.dispatch_kick(), bytes::Bytes::new()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serial_runs_twenty_triggers_one_at_a_time_in_order() {
+    let env = TestEnv::new().await;
+    let scheduler = env.start_scheduler(env.config(&[]));
+    let log = RunLog::default();
+    let worker = env.start_worker(env.config(&["--max-running", "8"]), vec![("record", recording_handler(log.clone(), 30))]);
+    env.register(json!({
+        "task_name": "one_at_a_time", "owner": "tests", "execution": {"handler": "record"},
+        "concurrency": {"max_running_instances": 1, "blocking_strategy": "serial"}
+    }))
+    .await;
+    fire_twenty(&env, "one_at_a_time").await;
+    eventually(Duration::from_secs(60), "all 20 to succeed", || async {
+        (count_in_state(&env, "one_at_a_time", "SUCCEEDED").await == 20).then_some(())
+    })
+    .await;
+    let runs = log.lock().unwrap().clone();
+    assert_eq!(runs.len(), 20);
+    for pair in runs.windows(2) {
+        assert!(pair[1].1 >= pair[0].2, "two runs overlapped: {} and {}", pair[0].0, pair[1].0);
+        assert!(pair[1].0 > pair[0].0, "ran out of creation order: {} after {}", pair[1].0, pair[0].0);
+    }
+    let waited: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT instance_id) FROM instance_transitions WHERE to_state = 'WAITING'")
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    assert!(waited >= 18, "instances waited their turn ({waited})");
+    scheduler.stop().await;
+    worker.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn discard_runs_one_of_twenty_and_records_the_rest() {
+    let env = TestEnv::new().await;
+    let scheduler = env.start_scheduler(env.config(&[]));
+    let log = RunLog::default();
+    let worker = env.start_worker(env.config(&[]), vec![("record", recording_handler(log.clone(), 500))]);
+    env.register(json!({
+        "task_name": "only_one", "owner": "tests", "execution": {"handler": "record"},
+        "concurrency": {"max_running_instances": 1, "blocking_strategy": "discard"}
+    }))
+    .await;
+    fire_twenty(&env, "only_one").await;
+    eventually(Duration::from_secs(30), "the one run to succeed", || async {
+        (count_in_state(&env, "only_one", "SUCCEEDED").await == 1).then_some(())
+    })
+    .await;
+    assert_eq!(count_in_state(&env, "only_one", "DISCARDED").await, 19);
+    let reason: String = sqlx::query_scalar("SELECT reason FROM instances WHERE task_name = 'only_one' AND state = 'DISCARDED' LIMIT 1")
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    assert!(reason.contains("max_running_instances 1"), "{reason}");
+    assert_eq!(log.lock().unwrap().len(), 1);
+    scheduler.stop().await;
+    worker.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_chain_runs_in_order_once_and_refuses_cycles() {
+    let env = TestEnv::new().await;
+    let scheduler = env.start_scheduler(env.config(&[]));
+    let log = RunLog::default();
+    let worker = env.start_worker(env.config(&[]), vec![("record", recording_handler(log.clone(), 10))]);
+    let chain = ax_tests::Service::spawn({
+        let (store, bus) = (env.store.clone(), env.bus.clone());
+        move |token| ax_chain::run(store, bus, token)
+    });
+    let def = |name: &str, after: Option<&str>| {
+        let mut d = json!({"task_name": name, "owner": "tests", "execution": {"handler": "record"}});
+        if let Some(after) = after {
+            d["triggers"] = json!([{"type": "chain", "after": after}]);
+        }
+        d
+    };
+    let a = env.register(def("a", None)).await;
+    env.register(def("b", Some("a"))).await;
+    env.register(def("c", Some("b"))).await;
+
+    let new = ax_store::NewInstance::from_trigger(&a, &Default::default(), "go".into(), ax_domain::task::TriggerKind::Event, "test", ax_domain::now());
+    env.store.create_instances(&[new]).await.unwrap();
+    env.bus.client.publish(env.names.dispatch_kick(), bytes::Bytes::new()).await.unwrap();
+    eventually(Duration::from_secs(30), "c to succeed", || async { (count_in_state(&env, "c", "SUCCEEDED").await == 1).then_some(()) }).await;
+
+    let runs = log.lock().unwrap().clone();
+    let mut order = Vec::new();
+    for (id, _, _) in &runs {
+        let id: ax_domain::ids::InstanceId = id.parse().unwrap();
+        order.push(env.store.instance(&id).await.unwrap().unwrap().task_name);
+    }
+    assert_eq!(order, ["a", "b", "c"]);
+    let b = env.store.instances(&ax_store::InstanceFilter { task: Some("b".into()), limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(b[0].params["upstream"]["task"], "a");
+    assert_eq!(b[0].trigger_type, ax_domain::task::TriggerKind::Chain);
+
+    // Redelivery of a's SUCCEEDED event fires b no second time.
+    let a_instance = env.store.instances(&ax_store::InstanceFilter { task: Some("a".into()), limit: 1, ..Default::default() }).await.unwrap().remove(0);
+    let event = ax_domain::event::InstanceTransitioned {
+        task: "a".into(),
+        task_version: 1,
+        instance_id: a_instance.id.clone(),
+        attempt: 1,
+        seq: 4,
+        from: Some(StateKind::Running),
+        to: StateKind::Succeeded,
+        operator: "test".into(),
+        reason: String::new(),
+        worker_id: None,
+        trigger_type: ax_domain::task::TriggerKind::Event,
+        trigger_id: "go".into(),
+        trace_id: a_instance.trace_id.clone(),
+    };
+    assert_eq!(ax_chain::fire_downstream(&env.store, &event).await.unwrap(), 0);
+    assert_eq!(count_in_state(&env, "b", "SUCCEEDED").await, 1);
+
+    // a after c would close a -> b -> c -> a.
+    let definition = ax_domain::task::TaskDefinition::from_json(def("a", Some("c")).to_string().as_bytes()).unwrap();
+    let err = env.store.register_task(&definition, "test").await.unwrap_err();
+    match err {
+        ax_store::StoreError::Refused { field, reason } => {
+            assert_eq!(field, "triggers[0].after");
+            assert!(reason.contains("c -> a -> b -> c"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+    assert_eq!(env.store.task("a").await.unwrap().unwrap().version, 1, "the refused update changed nothing");
+    chain.stop().await;
+    scheduler.stop().await;
+    worker.stop().await;
+    env.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_enabled_again_catches_up_once_by_default() {
+    let env = TestEnv::new().await;
+    let scheduler = env.start_scheduler(env.config(&[]));
+    env.register(json!({
+        "task_name": "sleepy", "owner": "tests",
+        "triggers": [{"type": "cron", "cron": "* * * * * *", "misfire": "fire_once"}],
+        "execution": {"handler": "noop"}
+    }))
+    .await;
+    env.store.set_enabled("sleepy", false, "test").await.unwrap();
+    let disabled_at = chrono::Utc::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = 'sleepy'").fetch_one(env.store.pool()).await.unwrap();
+    env.store.set_enabled("sleepy", true, "test").await.unwrap();
+    let enabled_at = chrono::Utc::now();
+    let catch_up: Vec<String> = eventually(Duration::from_secs(10), "the catch-up fire", || async {
+        let ops: Vec<String> = sqlx::query_scalar("SELECT t.operator FROM instance_transitions t JOIN instances i ON i.id = t.instance_id WHERE i.task_name = 'sleepy' AND t.seq = 1 AND t.operator LIKE 'cron-misfire%'")
+            .fetch_all(env.store.pool())
+            .await
+            .unwrap();
+        (!ops.is_empty()).then_some(ops)
+    })
+    .await;
+    assert_eq!(catch_up.len(), 1, "fire_once: one catch-up instance for ~5 missed fires");
+    let missed_fires: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = 'sleepy' AND due_at > ? AND due_at < ? AND trigger_id LIKE 'cron:%'")
+        .bind(disabled_at + chrono::TimeDelta::seconds(1))
+        .bind(enabled_at - chrono::TimeDelta::seconds(1))
+        .fetch_one(env.store.pool())
+        .await
+        .unwrap();
+    assert!(missed_fires <= 1, "the fires missed while disabled were not all created ({missed_fires}, {before} before)");
+    scheduler.stop().await;
+    env.cleanup().await;
+}
