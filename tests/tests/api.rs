@@ -49,6 +49,16 @@ async fn registration_validates_and_versions() {
     assert_eq!(body["error"]["code"], "bad_request");
     assert_eq!(body["error"]["field"], "execution.retry.backoff");
 
+    let mut bad_cron = definition("report");
+    bad_cron["triggers"] = json!([{"type": "cron", "cron": "0 2 * * *", "timezone": "Europe/Atlantis"}]);
+    let (status, body) = call(&env, "PUT", "/api/v1/tasks/report", Some(bad_cron), &[]).await;
+    assert_eq!((status, body["error"]["field"].clone()), (StatusCode::BAD_REQUEST, json!("triggers[0].timezone")));
+    let (status, preview) = call(&env, "GET", "/api/v1/cron/preview?expr=30%202%20*%20*%20*&tz=America/New_York&n=2&after=2026-03-07T12:00:00Z", None, &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(preview["fires"][0]["utc"], "2026-03-08T07:00:00Z", "the preview applies the DST rule the scheduler fires by");
+    let (status, body) = call(&env, "GET", "/api/v1/cron/preview?expr=61%20*%20*%20*%20*", None, &[]).await;
+    assert_eq!((status, body["error"]["field"].clone()), (StatusCode::BAD_REQUEST, json!("expr")));
+
     let (status, body) = call(&env, "PUT", "/api/v1/tasks/other", Some(definition("report")), &[]).await;
     assert_eq!((status, body["error"]["field"].clone()), (StatusCode::BAD_REQUEST, json!("task_name")));
     let (_, body) = call(&env, "GET", "/api/v1/tasks/report", None, &[]).await;
@@ -58,6 +68,24 @@ async fn registration_validates_and_versions() {
     assert_eq!((status, body["error"]["code"].clone()), (StatusCode::NOT_FOUND, json!("not_found")));
     let (_, body) = call(&env, "GET", "/api/v1/tasks", None, &[]).await;
     assert_eq!(body["tasks"].as_array().unwrap().len(), 1);
+
+    // Lifecycle: disable refuses triggers, enable restores, delete keeps history.
+    let (status, body) = call(&env, "POST", "/api/v1/tasks/report/disable", None, &[]).await;
+    assert_eq!((status, body["enabled"].clone()), (StatusCode::OK, json!(false)));
+    let (status, _) = call(&env, "POST", "/api/v1/tasks/report/trigger", Some(json!({})), &[]).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    call(&env, "POST", "/api/v1/tasks/report/enable", None, &[]).await;
+    let (status, fired) = call(&env, "POST", "/api/v1/tasks/report/trigger", Some(json!({})), &[]).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = call(&env, "DELETE", "/api/v1/tasks/report", None, &[]).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = call(&env, "GET", "/api/v1/tasks/report", None, &[]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(&env, "GET", &format!("/api/v1/instances/{}", fired["instance_id"].as_str().unwrap()), None, &[]).await;
+    assert_eq!(status, StatusCode::OK, "a deleted task's instances are kept");
+    let actions: Vec<String> = sqlx::query_scalar("SELECT subject FROM outbox WHERE instance_id IS NULL ORDER BY id").fetch_all(env.store.pool()).await.unwrap();
+    let actions: Vec<&str> = actions.iter().map(|s| s.rsplit('.').next().unwrap()).collect();
+    assert_eq!(actions, ["registered", "updated", "disabled", "enabled", "deleted"]);
     env.cleanup().await;
 }
 
@@ -107,5 +135,22 @@ async fn the_schema_and_health_are_served() {
     let (status, health) = call(&env, "GET", "/healthz", None, &[]).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(health, json!({"mysql": "ok", "nats": "ok"}));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn backfill_creates_each_missing_fire_once() {
+    let env = TestEnv::new().await;
+    let mut def = definition("hourly");
+    def["triggers"] = json!([{"type": "cron", "cron": "0 * * * *", "timezone": "Asia/Shanghai"}]);
+    call(&env, "PUT", "/api/v1/tasks/hourly", Some(def), &[]).await;
+    let range = json!({"from": "2026-11-01T00:00:00Z", "to": "2026-11-01T02:30:00Z"});
+    let (status, body) = call(&env, "POST", "/api/v1/tasks/hourly/backfill", Some(range.clone()), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((body["fires"].clone(), body["created"].clone()), (json!(3), json!(3)));
+    let (_, again) = call(&env, "POST", "/api/v1/tasks/hourly/backfill", Some(range), &[]).await;
+    assert_eq!((again["created"].clone(), again["already_existed"].clone()), (json!(0), json!(3)));
+    let (status, body) = call(&env, "POST", "/api/v1/tasks/hourly/backfill", Some(json!({"from": "2026-11-02T00:00:00Z", "to": "2026-11-01T00:00:00Z"})), &[]).await;
+    assert_eq!((status, body["error"]["field"].clone()), (StatusCode::BAD_REQUEST, json!("to")));
     env.cleanup().await;
 }

@@ -58,18 +58,36 @@ impl Store {
     /// # Errors
     /// MySQL unreachable, credentials refused, or the database cannot be created.
     pub async fn connect(url: &str, max_connections: u32, names: Names) -> Result<Self, StoreError> {
+        Self::connect_with_idle_limit(url, max_connections, names, None).await
+    }
+
+    /// [`Store::connect`] where MySQL closes any connection idle for `idle_limit_sec`.
+    ///
+    /// Schedulers use it: if a scheduler process freezes in the middle of a
+    /// transaction, MySQL drops its connections after a few seconds and the locks
+    /// they held (the leadership row among them) are released for the next leader.
+    /// The pool retires idle connections before MySQL would.
+    pub async fn connect_with_idle_limit(url: &str, max_connections: u32, names: Names, idle_limit_sec: Option<u32>) -> Result<Self, StoreError> {
         let options = MySqlConnectOptions::from_str(url).map_err(StoreError::Connect)?;
         let options = options.timezone(Some("+00:00".to_owned())).log_statements(tracing::log::LevelFilter::Trace);
         if let Some(database) = options.get_database().map(str::to_owned) {
             create_database_if_missing(url, &database).await?;
         }
-        let pool = MySqlPoolOptions::new()
-            .max_connections(max_connections)
-            .min_connections(1)
-            .acquire_timeout(std::time::Duration::from_secs(10))
-            .connect_with(options)
-            .await
-            .map_err(StoreError::Connect)?;
+        let mut pool = MySqlPoolOptions::new().max_connections(max_connections).acquire_timeout(std::time::Duration::from_secs(10));
+        if let Some(limit) = idle_limit_sec {
+            pool = pool
+                .min_connections(0)
+                .idle_timeout(std::time::Duration::from_secs(u64::from(limit.saturating_sub(1).max(1))))
+                .after_connect(move |conn, _meta| {
+                    Box::pin(async move {
+                        sqlx::query(sqlx::AssertSqlSafe(format!("SET SESSION wait_timeout = {limit}"))).execute(conn).await?;
+                        Ok(())
+                    })
+                });
+        } else {
+            pool = pool.min_connections(1);
+        }
+        let pool = pool.connect_with(options).await.map_err(StoreError::Connect)?;
         Ok(Self::from_pool(pool, names))
     }
 

@@ -49,8 +49,20 @@ pub async fn nats_apply(config: Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How long MySQL keeps an idle scheduler connection: short, so a frozen
+/// scheduler's open transactions cannot hold the next leader back for long.
+const SCHEDULER_IDLE_LIMIT_SEC: u32 = 4;
+
 pub async fn scheduler(config: Config) -> anyhow::Result<ExitCode> {
-    let deps = ax_scheduler::Deps { store: store(&config).await?, bus: bus(&config, "ax scheduler").await?, queues: queues(&config).await? };
+    let store = Store::connect_with_idle_limit(
+        config.mysql.mysql_url.expose(),
+        config.mysql.mysql_max_connections,
+        config.nats.names(),
+        Some(SCHEDULER_IDLE_LIMIT_SEC),
+    )
+    .await
+    .with_context(|| format!("connecting to MySQL at {} (is it running? scripts/services starts it)", config.mysql.mysql_url))?;
+    let deps = ax_scheduler::Deps { store, bus: bus(&config, "ax scheduler").await?, queues: queues(&config).await? };
     ax_scheduler::run(config, deps, shutdown_on_signals()).await?;
     Ok(ExitCode::SUCCESS)
 }
