@@ -8,7 +8,13 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 async fn call(env: &TestEnv, method: &str, uri: &str, body: Option<Value>, headers: &[(&str, &str)]) -> (StatusCode, Value) {
-    let state = AppState { store: env.store.clone(), bus: env.bus.clone(), metrics: ax_runtime::telemetry::prometheus() };
+    let state = AppState {
+        store: env.store.clone(),
+        bus: env.bus.clone(),
+        metrics: ax_runtime::telemetry::prometheus(),
+        workers: ax_api::workers::Directory::default(),
+        lease: std::time::Duration::from_secs(30),
+    };
     let mut request = Request::builder().method(method).uri(uri);
     for (k, v) in headers {
         request = request.header(*k, *v);

@@ -127,7 +127,7 @@ async fn a_stale_attempt_cannot_move_an_instance() {
         .store
         .transition(&[
             step(Command::Dispatch { worker_id: w1.clone(), lease_expires_at: lease }),
-            step(Command::Start { attempt: 1, worker_id: w1.clone(), lease_expires_at: lease }),
+            step(Command::Start { attempt: 1, worker_id: w1.clone(), lease_expires_at: lease, deadline_at: lease }),
             step(Command::Expire { reason: "lease expired".into(), retry_at: Some(ax_domain::now()) }),
             step(Command::NextAttempt),
         ])

@@ -101,7 +101,7 @@ async fn events_committed_while_nats_is_unreachable_arrive_afterwards_in_order()
         .iter()
         .map(|id| TransitionRequest {
             instance_id: id.clone(),
-            command: Command::Start { attempt: 1, worker_id: "w1".parse().unwrap(), lease_expires_at: lease },
+            command: Command::Start { attempt: 1, worker_id: "w1".parse().unwrap(), lease_expires_at: lease, deadline_at: lease },
             operator: "test".into(),
             result: None,
         })

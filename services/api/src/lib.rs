@@ -3,11 +3,13 @@
 //! # Layout
 //! - [`error`]: the error body `{"error": {"code", "message", "field"}}` and its statuses
 //! - [`views`]: the JSON shapes of tasks and instances
+//! - [`workers`]: the worker directory, from heartbeats
 //! - `routes/`: one file per resource (tasks, instances, schema, health)
 
 pub mod error;
 mod routes;
 pub mod views;
+pub mod workers;
 
 use std::net::SocketAddr;
 
@@ -23,6 +25,9 @@ pub struct AppState {
     pub store: Store,
     pub bus: Bus,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+    pub workers: workers::Directory,
+    /// A worker silent this long is shown as lost (the scheduler's lease).
+    pub lease: std::time::Duration,
 }
 
 /// The whole HTTP surface, for serving and for `oneshot` tests.

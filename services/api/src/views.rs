@@ -36,6 +36,8 @@ pub fn instance(i: &InstanceRecord) -> Value {
         "finished_at": i.finished_at,
         "reason": i.reason,
         "result": i.result,
+        "progress": i.progress.as_ref().map(|(percent, message)| json!({ "percent": percent, "message": message })),
+        "rerun_of": i.rerun_of,
         "created_at": i.created_at,
         "updated_at": i.updated_at,
     })

@@ -66,6 +66,12 @@ pub enum Command {
     },
     /// Show one instance and its transitions.
     Instance { id: String },
+    /// Cancel an instance in any non-final state (a running attempt is told to stop).
+    Cancel { id: String },
+    /// Run a finished instance again, as a new instance linked to it.
+    Rerun { id: String },
+    /// Every worker with its load and last heartbeat.
+    Workers,
     /// The event stream.
     Events {
         #[command(subcommand)]

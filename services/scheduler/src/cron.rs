@@ -98,7 +98,7 @@ pub(crate) async fn plan(shared: Shared, term: Term) -> anyhow::Result<()> {
     let mut last_replan = tokio::time::Instant::now();
     let mut changed: Vec<String> = Vec::new();
     loop {
-        if last_replan.elapsed() >= REPLAN_EVERY {
+        if last_replan.elapsed() >= REPLAN_EVERY || shared.replan.swap(false, std::sync::atomic::Ordering::SeqCst) {
             // From scratch now and then: whatever Redis lost is indexed again.
             plan = Plan::new();
             last_replan = tokio::time::Instant::now();

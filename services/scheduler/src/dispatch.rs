@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use ax_domain::protocol::Assignment;
 use ax_domain::state::Command;
+use ax_domain::task::DispatchStrategy;
 use ax_store::TransitionRequest;
 use futures::StreamExt;
 
@@ -111,12 +112,24 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<usize> {
             tracing::error!(instance_id = %instance.id, task = %instance.task_name, version = instance.task_version, "instance names a task version that does not exist");
             continue;
         };
-        // Least running among the eligible workers with a free slot.
-        let choice = workers
-            .iter()
-            .filter(|w| eligible(&w.heartbeat, &definition))
-            .filter(|w| load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0) < w.heartbeat.max_running)
-            .min_by_key(|w| (load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0), w.heartbeat.worker_id.clone()));
+        let held = |w: &&crate::registry::WorkerEntry| load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0);
+        let open: Vec<&crate::registry::WorkerEntry> =
+            workers.iter().filter(|w| eligible(&w.heartbeat, &definition)).filter(|w| held(w) < w.heartbeat.max_running).collect();
+        let choice = match definition.dispatch.strategy {
+            // The ring over every eligible worker (full ones included, so a busy
+            // owner does not reshuffle the ring), first one with a free slot.
+            DispatchStrategy::Hash => {
+                let eligible_ids: Vec<&str> =
+                    workers.iter().filter(|w| eligible(&w.heartbeat, &definition)).map(|w| w.heartbeat.worker_id.as_str()).collect();
+                crate::ring::candidates(&eligible_ids, &instance.task_name)
+                    .into_iter()
+                    .find_map(|id| open.iter().find(|w| w.heartbeat.worker_id.as_str() == id).copied())
+            }
+            // Least running (broadcast runs as least running until sharding lands).
+            DispatchStrategy::LeastRunning | DispatchStrategy::Broadcast => {
+                open.iter().min_by_key(|w| (held(w), w.heartbeat.worker_id.clone())).copied()
+            }
+        };
         let Some(worker) = choice else {
             ::metrics::counter!(metrics::DISPATCH_NO_WORKER, "task" => instance.task_name.clone()).increment(1);
             continue;
@@ -140,23 +153,7 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<usize> {
         match outcome {
             Ok(applied) => {
                 ::metrics::counter!(metrics::DISPATCHED, "task" => instance.task_name.clone()).increment(1);
-                assignments.push((
-                    worker_id.as_str().to_owned(),
-                    Assignment {
-                        instance_id: applied.instance.id.clone(),
-                        task: applied.instance.task_name.clone(),
-                        task_version: applied.instance.task_version,
-                        attempt: applied.instance.attempt,
-                        handler: definition.execution.handler.clone(),
-                        config: definition.execution.config.clone(),
-                        params: applied.instance.params.clone(),
-                        payload_version: applied.instance.payload_version,
-                        timeout_sec: definition.execution.timeout,
-                        priority: applied.instance.priority,
-                        trace_id: applied.instance.trace_id.clone(),
-                        dispatched_at: now,
-                    },
-                ));
+                assignments.push((worker_id.as_str().to_owned(), assignment(&applied.instance, &definition, now)));
             }
             // Someone else moved it first (cancelled, or another dispatcher): fine.
             Err(refusal) => tracing::debug!(instance_id = %instance.id, reason = %refusal, "dispatch refused"),
@@ -181,4 +178,23 @@ async fn release_due_retries(shared: &Shared, term: &Term, now: ax_domain::Times
         .collect();
     shared.deps.store.transition_fenced(&requests, Some(term.fence)).await?;
     Ok(())
+}
+
+/// What a worker needs to run one attempt (workers cannot read MySQL).
+pub(crate) fn assignment(instance: &ax_store::InstanceRecord, definition: &ax_domain::task::TaskDefinition, now: ax_domain::Timestamp) -> Assignment {
+    Assignment {
+        instance_id: instance.id.clone(),
+        task: instance.task_name.clone(),
+        task_version: instance.task_version,
+        attempt: instance.attempt,
+        handler: definition.execution.handler.clone(),
+        config: definition.execution.config.clone(),
+        params: instance.params.clone(),
+        payload_version: instance.payload_version,
+        timeout_sec: definition.execution.timeout,
+        priority: instance.priority,
+        trace_id: instance.trace_id.clone(),
+        dispatched_at: now,
+        exclusive: definition.concurrency.max_running_instances == Some(1),
+    }
 }

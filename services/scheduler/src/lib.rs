@@ -10,18 +10,27 @@
 //! - [`dispatch`]: moves due instances to live workers and pushes them onto their queues
 //! - [`registry`]: live workers, from their heartbeats
 //! - [`reports`]: answers workers' reports through batched guarded transitions
+//! - [`leases`]: workers' lease renewals (and the attempts they lost) and progress
+//! - [`reaper`]: ends attempts whose lease or deadline passed; rebuilds Redis after a flush
+//! - [`budget`]: the retry-storm guard
+//! - [`ring`]: the consistent-hash ring of the `hash` dispatch strategy
 //! - [`relay`]: the outbox relay to `AX_EVENTS`
 //! - [`tasks`]: a cache of immutable task versions
 //! - [`metrics`]: metric names, declared once
 
+pub mod budget;
 pub mod cron;
 pub mod dispatch;
 pub mod intake;
 pub mod leader;
+pub mod leases;
 pub mod metrics;
+pub mod reaper;
 pub mod registry;
 pub mod relay;
 pub mod reports;
+mod retry;
+pub mod ring;
 pub mod tasks;
 pub mod timers;
 
@@ -56,6 +65,9 @@ pub(crate) struct Shared {
     pub timer_wake: Arc<Notify>,
     /// Cron fires this leader planned.
     pub planned: cron::Planned,
+    /// Set when Redis lost its state: the planner starts over from MySQL.
+    pub replan: Arc<std::sync::atomic::AtomicBool>,
+    pub budget: Arc<budget::RetryBudget>,
 }
 
 /// Runs every scheduler component until `shutdown` is cancelled, then drains them.
@@ -71,6 +83,8 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
         dispatch_wake: Arc::new(Notify::new()),
         timer_wake: Arc::new(Notify::new()),
         planned: cron::Planned::default(),
+        replan: Arc::default(),
+        budget: Arc::new(budget::RetryBudget::new(config.scheduler.retry_budget_task, config.scheduler.retry_budget_cluster)),
         deps,
         config,
     };
@@ -82,6 +96,8 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
     shared.deps.bus.client.publish(shared.deps.bus.names.roll_call(), bytes::Bytes::new()).await.context("calling the roll")?;
     let reports = reports::subscribe(&shared).await.context("subscribing to reports")?;
     components.spawn(reports::run(shared.clone(), reports, shutdown.child_token()));
+    let leases = leases::subscribe(&shared).await.context("subscribing to lease renewals")?;
+    components.spawn(leases::run(shared.clone(), leases, shutdown.child_token()));
     let consumer = shared.deps.bus.intake_consumer().await.context("opening the trigger intake consumer")?;
     components.spawn(intake::run(shared.clone(), consumer, shutdown.child_token()));
 
@@ -95,6 +111,7 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
     components.spawn(each_term(|s, t| Box::pin(dispatch::run(s, t))));
     components.spawn(each_term(|s, t| Box::pin(timers::run(s, t))));
     components.spawn(each_term(|s, t| Box::pin(cron::plan(s, t))));
+    components.spawn(each_term(|s, t| Box::pin(reaper::run(s, t))));
     components.spawn(each_term(|s, t| {
         let interval = s.config.scheduler.relay_interval.0;
         Box::pin(relay::run(s.deps, interval, t.token))

@@ -20,6 +20,10 @@ pub const CRON_MISFIRES: &str = "ax_cron_misfires_total";
 pub const CRON_FIRE_SKEW: &str = "ax_cron_fire_skew_seconds";
 pub const FENCED_WRITES: &str = "ax_scheduler_fenced_writes_total";
 pub const DUE_INDEX_SIZE: &str = "ax_due_index_entries";
+pub const RETRIES_DEFERRED: &str = "ax_retries_deferred_total";
+pub const LEASES_EXPIRED: &str = "ax_lease_expiries_total";
+pub const TIMEOUTS: &str = "ax_timeouts_total";
+pub const REDIS_REBUILDS: &str = "ax_redis_rebuilds_total";
 
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
@@ -43,6 +47,10 @@ pub fn describe() {
     describe_histogram!(CRON_FIRE_SKEW, Unit::Seconds, "From a cron fire's time to its instance committed");
     describe_counter!(FENCED_WRITES, "Leader writes refused because a newer term began");
     describe_gauge!(DUE_INDEX_SIZE, "Entries in the Redis due index");
+    describe_counter!(RETRIES_DEFERRED, "Retries pushed later by the retry budget, by task and scope");
+    describe_counter!(LEASES_EXPIRED, "Attempts ended because their worker's lease expired, by task");
+    describe_counter!(TIMEOUTS, "Attempts ended by the scheduler after timeout plus grace, by task");
+    describe_counter!(REDIS_REBUILDS, "Times the leader found Redis emptied and rebuilt queues from MySQL");
 }
 
 pub fn leader(leading: bool, epoch: u64) {

@@ -79,8 +79,8 @@ pub(crate) async fn subscribe(shared: &Shared) -> Result<async_nats::Subscriber,
     shared.deps.bus.client.subscribe(shared.deps.bus.names.heartbeat()).await
 }
 
-/// Applies heartbeats: registry, lease renewal, and a wake-up for the dispatcher
-/// when a worker appears.
+/// Applies heartbeats to the registry, waking the dispatcher when a worker appears.
+/// (Leases are renewed by the workers' lease requests, see [`crate::leases`].)
 pub(crate) async fn run(shared: Shared, mut heartbeats: async_nats::Subscriber, shutdown: CancellationToken) -> anyhow::Result<()> {
     loop {
         let message = tokio::select! {
@@ -98,18 +98,10 @@ pub(crate) async fn run(shared: Shared, mut heartbeats: async_nats::Subscriber, 
         };
         let now = ax_domain::now();
         let worker = heartbeat.worker_id.as_str().to_owned();
-        let leaving = heartbeat.leaving;
         let appeared = shared.registry.record(heartbeat, now);
         if appeared {
             tracing::info!(worker_id = %worker, "worker joined");
             shared.dispatch_wake.notify_one();
-        }
-        if !leaving {
-            let until = now + chrono::TimeDelta::from_std(shared.config.scheduler.lease.0).unwrap_or(chrono::TimeDelta::MAX);
-            if let Err(err) = shared.deps.store.renew_leases(&worker, until).await {
-                tracing::warn!(worker_id = %worker, error = %err, "lease renewal failed");
-                ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "lease_renewal").increment(1);
-            }
         }
         ::metrics::gauge!(metrics::WORKERS_ALIVE).set(shared.registry.alive_workers(now).len() as f64);
     }

@@ -2,8 +2,6 @@
 //! are committed together, so a busy cluster pays one MySQL transaction for many
 //! transitions (group commit) instead of one each.
 
-use std::time::Duration;
-
 use ax_domain::protocol::{Outcome, Report, ReportReply};
 use ax_domain::state::Command;
 use ax_store::{Refusal, TransitionRequest};
@@ -78,13 +76,16 @@ async fn commit(shared: &Shared, batch: &[Pending]) -> Vec<ReportReply> {
         let worker_id = report.worker_id.clone();
         let attempt = report.attempt;
         let (command, result) = match &report.outcome {
-            Outcome::Running => (Command::Start { attempt, worker_id, lease_expires_at: now + lease }, None),
+            Outcome::Running => {
+                let timeout = match shared.tasks.get_by_name(&report.task, report.task_version).await {
+                    Ok(Some(definition)) => chrono::TimeDelta::seconds(definition.execution.timeout as i64),
+                    _ => chrono::TimeDelta::seconds(report.timeout_sec as i64),
+                };
+                (Command::Start { attempt, worker_id, lease_expires_at: now + lease, deadline_at: now + timeout }, None)
+            }
             Outcome::Succeeded { result } => (Command::Succeed { attempt, worker_id }, result.clone()),
             Outcome::Failed { reason, retryable } => {
-                let retry_at = match retry_delay(shared, report, *retryable).await {
-                    Some(delay) => Some(now + delay),
-                    None => None,
-                };
+                let retry_at = retry_at(shared, report, *retryable, now).await;
                 (Command::Fail { attempt, worker_id, reason: reason.clone(), retry_at }, None)
             }
             Outcome::HandedBack => (Command::HandBack { attempt, worker_id }, None),
@@ -147,11 +148,8 @@ async fn commit(shared: &Shared, batch: &[Pending]) -> Vec<ReportReply> {
     replies
 }
 
-/// The back-off before the next attempt, or `None` when no attempt is left.
-async fn retry_delay(shared: &Shared, report: &Report, retryable: bool) -> Option<chrono::TimeDelta> {
-    if !retryable {
-        return None;
-    }
+/// The next attempt's due time, or `None` when no attempt is left.
+async fn retry_at(shared: &Shared, report: &Report, retryable: bool, now: ax_domain::Timestamp) -> Option<ax_domain::Timestamp> {
     let definition = match shared.tasks.get_by_name(&report.task, report.task_version).await {
         Ok(Some(d)) => d,
         Ok(None) => return None,
@@ -161,12 +159,7 @@ async fn retry_delay(shared: &Shared, report: &Report, retryable: bool) -> Optio
             return None;
         }
     };
-    let policy = &definition.execution.retry;
-    if !policy.allows_another(report.attempt) {
-        return None;
-    }
-    let delay: Duration = policy.jittered_interval_after(report.attempt);
-    chrono::TimeDelta::from_std(delay).ok()
+    crate::retry::next_attempt_at(shared, &report.task, &definition.execution.retry, report.attempt, retryable, now)
 }
 
 /// An instance of a task with `max_running_instances` ended: the oldest waiting

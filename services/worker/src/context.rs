@@ -4,7 +4,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use ax_domain::ids::{InstanceId, TraceId};
+use ax_domain::ids::{InstanceId, TraceId, WorkerId};
+use ax_domain::protocol::Progress;
 use tokio_util::sync::CancellationToken;
 
 /// One attempt of one instance, as handed to a handler.
@@ -22,6 +23,66 @@ pub struct TaskContext {
     /// Cancelled when the attempt must stop (timeout, cancel, lost lease, shutdown
     /// past its deadline). Long handlers should watch it.
     pub cancellation: CancellationToken,
+    /// Shard of a sharded firing: (index, total); `None` when not sharded.
+    pub shard: Option<(u32, u32)>,
+    pub(crate) reporter: Option<Reporter>,
+}
+
+/// Sends progress for one attempt.
+#[derive(Clone)]
+pub(crate) struct Reporter {
+    pub client: async_nats::Client,
+    pub subject: String,
+    pub worker_id: WorkerId,
+}
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reporter")
+    }
+}
+
+impl TaskContext {
+    /// Reports progress (0-100 and a message), shown by `GET /api/v1/instances/{id}`.
+    /// Fire and forget: progress never slows or fails the handler.
+    pub async fn progress(&self, percent: u8, message: impl Into<String>) {
+        let Some(reporter) = &self.reporter else { return };
+        let progress = Progress {
+            instance_id: self.instance_id.clone(),
+            attempt: self.attempt,
+            worker_id: reporter.worker_id.clone(),
+            percent: percent.min(100),
+            message: message.into(),
+        };
+        if let Ok(body) = serde_json::to_vec(&progress) {
+            let _ = reporter.client.publish(reporter.subject.clone(), body.into()).await;
+        }
+    }
+
+    /// A key that names this instance's side effect `scope` across its attempts:
+    /// use it as the idempotency key of a downstream call or a unique key in your
+    /// own table, so a retried attempt does not repeat work the first one did
+    /// (seed 4.1: the scheduler retries, the business stays idempotent).
+    pub fn idempotency_key(&self, scope: &str) -> String {
+        format!("{}:{scope}", self.instance_id)
+    }
+
+    /// A context for calling a handler outside a worker (tests, tools).
+    pub fn detached(instance_id: InstanceId, task: &str, params: serde_json::Value, config: serde_json::Value) -> Self {
+        Self {
+            instance_id,
+            task: task.to_owned(),
+            task_version: 1,
+            attempt: 1,
+            params,
+            payload_version: None,
+            config,
+            trace_id: TraceId::generate(),
+            cancellation: CancellationToken::new(),
+            shard: None,
+            reporter: None,
+        }
+    }
 }
 
 /// How a handler failed; the retry intent is part of the type.

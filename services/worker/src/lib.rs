@@ -30,7 +30,7 @@ pub mod handlers;
 pub mod runner;
 
 pub use context::{handler_fn, Handler, TaskContext, TaskError};
-pub use runner::{Worker, WorkerBuilder};
+pub use runner::{HandlerOptions, Worker, WorkerBuilder};
 
 /// The version this worker reports; tasks with `min_worker_version` above it never come here.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

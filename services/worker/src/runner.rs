@@ -1,22 +1,23 @@
-//! The worker's loops: heartbeats, taking assignments, running handlers, reporting.
+//! The worker's loops: heartbeats and lease renewals, taking assignments, running
+//! handlers under their guards, reporting, and shutting down without losing work.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use ax_bus::Bus;
 use ax_domain::ids::WorkerId;
-use ax_domain::protocol::{Assignment, Heartbeat, Outcome, Report, ReportReply};
+use ax_domain::protocol::{Assignment, Heartbeat, LeaseRenewal, LeaseRenewed, Outcome, Report, ReportReply};
 use ax_domain::retry::ExponentialBackoff;
-use ax_queue::WorkerInbox;
+use ax_queue::{ExecutionGuards, WorkerInbox};
 use ax_runtime::Config;
 use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::context::{Handler, TaskContext, TaskError};
+use crate::context::{Handler, Reporter, TaskContext, TaskError};
 
 /// How long a pop blocks in Redis; also the longest a shutdown waits for the popper.
 const POP_WAIT: Duration = Duration::from_secs(1);
@@ -24,16 +25,61 @@ const POP_WAIT: Duration = Duration::from_secs(1);
 const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long in-flight work may take to finish once shutdown begins.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
+/// After a timeout or cancellation, how long a handler has to stop by itself.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Per-handler limits (seed 4.3): a pool so one handler cannot take every slot, and
+/// a rate for handlers that call something rate-limited.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HandlerOptions {
+    /// At most this many attempts of the handler at once (default: the worker's slots).
+    pub pool_size: Option<u32>,
+    /// At most this many starts per second.
+    pub rate_per_sec: Option<f64>,
+}
+
+struct HandlerEntry {
+    handler: Arc<dyn Handler>,
+    pool: Option<Arc<Semaphore>>,
+    rate: Option<Mutex<RateLimiter>>,
+}
+
+struct RateLimiter {
+    interval: Duration,
+    next: Instant,
+}
+
+impl RateLimiter {
+    /// How long to wait for the next start slot (and books it).
+    fn book(&mut self) -> Duration {
+        let now = Instant::now();
+        let start = self.next.max(now);
+        self.next = start + self.interval;
+        start - now
+    }
+}
 
 pub struct WorkerBuilder {
     config: Config,
-    handlers: HashMap<String, Arc<dyn Handler>>,
+    handlers: HashMap<String, HandlerEntry>,
 }
 
 impl WorkerBuilder {
     /// Registers `handler` under `name`, the `execution.handler` of the tasks it runs.
-    pub fn handler(mut self, name: impl Into<String>, handler: Arc<dyn Handler>) -> Self {
-        self.handlers.insert(name.into(), handler);
+    pub fn handler(self, name: impl Into<String>, handler: Arc<dyn Handler>) -> Self {
+        self.handler_with(name, handler, HandlerOptions::default())
+    }
+
+    pub fn handler_with(mut self, name: impl Into<String>, handler: Arc<dyn Handler>, options: HandlerOptions) -> Self {
+        let entry = HandlerEntry {
+            handler,
+            pool: options.pool_size.map(|n| Arc::new(Semaphore::new(n.max(1) as usize))),
+            rate: options
+                .rate_per_sec
+                .filter(|r| *r > 0.0)
+                .map(|r| Mutex::new(RateLimiter { interval: Duration::from_secs_f64(1.0 / r), next: Instant::now() })),
+        };
+        self.handlers.insert(name.into(), entry);
         self
     }
 
@@ -51,20 +97,28 @@ impl WorkerBuilder {
 
 pub struct Worker {
     config: Config,
-    handlers: Arc<HashMap<String, Arc<dyn Handler>>>,
+    handlers: Arc<HashMap<String, HandlerEntry>>,
     worker_id: WorkerId,
+}
+
+/// An attempt in flight.
+struct Running {
+    attempt: u32,
+    cancel: CancellationToken,
 }
 
 /// What the loops share.
 #[derive(Clone)]
 struct Shared {
     bus: Bus,
+    config: Config,
     worker_id: WorkerId,
-    handlers: Arc<HashMap<String, Arc<dyn Handler>>>,
+    handlers: Arc<HashMap<String, HandlerEntry>>,
+    handler_names: Vec<String>,
     slots: Arc<Semaphore>,
     max_running: u32,
-    /// Attempts in flight, so a cancellation event can reach the right one.
-    running: Arc<std::sync::Mutex<HashMap<String, CancellationToken>>>,
+    running: Arc<Mutex<HashMap<String, Running>>>,
+    guards: ExecutionGuards,
 }
 
 impl Worker {
@@ -88,34 +142,38 @@ impl Worker {
         self.run_with(bus, shutdown).await
     }
 
-    /// Works over an existing NATS connection until `shutdown` is cancelled: stops
-    /// taking work, lets in-flight attempts finish (up to a deadline), says goodbye.
+    /// Works over an existing NATS connection until `shutdown` is cancelled, then
+    /// leaves cleanly: says goodbye first (so nothing more is dispatched here), hands
+    /// back what is queued and not started, lets in-flight attempts finish up to a
+    /// deadline and hands back the rest, so all of it is re-dispatched at once
+    /// rather than after a lease.
     ///
     /// # Errors
     /// Redis unreachable at start.
     pub async fn run_with(self, bus: Bus, shutdown: CancellationToken) -> anyhow::Result<()> {
         let max_running = self.config.worker.max_running;
+        let redis_url = self.config.redis.redis_url.expose().to_owned();
+        let mut handler_names: Vec<String> = self.handlers.keys().cloned().collect();
+        handler_names.sort();
         let shared = Shared {
             bus: bus.clone(),
+            config: self.config.clone(),
             worker_id: self.worker_id.clone(),
             handlers: self.handlers.clone(),
+            handler_names: handler_names.clone(),
             slots: Arc::new(Semaphore::new(max_running as usize)),
             max_running,
             running: Arc::default(),
+            guards: ExecutionGuards::connect(&redis_url).await.context("connecting to Redis")?,
         };
-        let mut inbox = WorkerInbox::connect(self.config.redis.redis_url.expose(), &bus.names, self.worker_id.as_str())
-            .await
-            .context("connecting to Redis")?;
-        let mut handler_names: Vec<String> = self.handlers.keys().cloned().collect();
-        handler_names.sort();
+        let mut inbox = WorkerInbox::connect(&redis_url, &bus.names, self.worker_id.as_str()).await.context("connecting to Redis")?;
         tracing::info!(worker_id = %self.worker_id, handlers = ?handler_names, max_running, "worker started");
 
-        let heartbeat_stop = CancellationToken::new();
-        let cancellations = tokio::spawn(cancellation_loop(shared.clone(), heartbeat_stop.clone()));
-        let heartbeats = tokio::spawn(heartbeat_loop(shared.clone(), self.config.clone(), handler_names.clone(), heartbeat_stop.clone()));
+        let background_stop = CancellationToken::new();
+        let heartbeats = tokio::spawn(heartbeat_loop(shared.clone(), background_stop.clone()));
+        let cancellations = tokio::spawn(cancellation_loop(shared.clone(), background_stop.clone()));
 
         let in_flight = TaskTracker::new();
-        let attempts = CancellationToken::new();
         while !shutdown.is_cancelled() {
             let permit = tokio::select! {
                 biased;
@@ -127,9 +185,8 @@ impl Worker {
             match inbox.pop(POP_WAIT).await {
                 Ok(Some(assignment)) => {
                     let shared = shared.clone();
-                    let cancel = attempts.child_token();
                     in_flight.spawn(async move {
-                        execute(&shared, assignment, cancel).await;
+                        execute(&shared, assignment).await;
                         drop(permit);
                     });
                 }
@@ -141,30 +198,41 @@ impl Worker {
             }
         }
 
-        in_flight.close();
-        if tokio::time::timeout(DRAIN_DEADLINE, in_flight.wait()).await.is_err() {
-            tracing::warn!("in-flight work did not finish by the deadline; cancelling it");
-            attempts.cancel();
-            in_flight.wait().await;
-        }
-        heartbeat_stop.cancel();
-        let _ = heartbeats.await;
-        let _ = cancellations.await;
-        let goodbye = heartbeat(&shared, &self.config, &handler_names, true);
+        // Leaving: no more dispatches here, then hand back what never started.
+        let goodbye = heartbeat(&shared, true);
         let _ = bus.client.publish(bus.names.heartbeat(), serde_json::to_vec(&goodbye)?.into()).await;
         let _ = bus.client.flush().await;
+        match inbox.drain().await {
+            Ok(queued) => {
+                for assignment in queued {
+                    report(&shared, &assignment, Outcome::HandedBack).await;
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "could not drain the queue; its entries wait for their leases"),
+        }
+        in_flight.close();
+        if tokio::time::timeout(DRAIN_DEADLINE, in_flight.wait()).await.is_err() {
+            tracing::warn!("in-flight work did not finish by the deadline; cancelling and handing it back");
+            for running in shared.running.lock().expect("running lock").values() {
+                running.cancel.cancel();
+            }
+            in_flight.wait().await;
+        }
+        background_stop.cancel();
+        let _ = heartbeats.await;
+        let _ = cancellations.await;
         tracing::info!(worker_id = %self.worker_id, "worker stopped");
         Ok(())
     }
 }
 
-fn heartbeat(shared: &Shared, config: &Config, handlers: &[String], leaving: bool) -> Heartbeat {
+fn heartbeat(shared: &Shared, leaving: bool) -> Heartbeat {
     Heartbeat {
         worker_id: shared.worker_id.clone(),
-        group: config.worker.group.clone(),
-        tags: config.worker.tag_list(),
+        group: shared.config.worker.group.clone(),
+        tags: shared.config.worker.tag_list(),
         version: crate::VERSION.to_owned(),
-        handlers: handlers.to_vec(),
+        handlers: shared.handler_names.clone(),
         cpu_cores: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1),
         running: shared.max_running - shared.slots.available_permits() as u32,
         max_running: shared.max_running,
@@ -174,9 +242,12 @@ fn heartbeat(shared: &Shared, config: &Config, handlers: &[String], leaving: boo
     }
 }
 
-/// Heartbeats every interval, and at once when a scheduler calls the roll.
-async fn heartbeat_loop(shared: Shared, config: Config, handlers: Vec<String>, stop: CancellationToken) {
-    let mut interval = tokio::time::interval(config.worker.heartbeat_interval.0);
+/// Every interval (and at once when a scheduler calls the roll): a heartbeat for
+/// the registries and a lease renewal for the attempts held. If no renewal has been
+/// confirmed for a whole lease, the scheduler has given this worker's work to
+/// others: every attempt here is cancelled rather than left running as a zombie.
+async fn heartbeat_loop(shared: Shared, stop: CancellationToken) {
+    let mut interval = tokio::time::interval(shared.config.worker.heartbeat_interval.0);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut roll_calls = match shared.bus.client.subscribe(shared.bus.names.roll_call()).await {
         Ok(sub) => Some(sub),
@@ -185,6 +256,8 @@ async fn heartbeat_loop(shared: Shared, config: Config, handlers: Vec<String>, s
             None
         }
     };
+    let lease = shared.config.scheduler.lease.0;
+    let mut last_renewed = Instant::now();
     loop {
         tokio::select! {
             biased;
@@ -192,11 +265,49 @@ async fn heartbeat_loop(shared: Shared, config: Config, handlers: Vec<String>, s
             _ = interval.tick() => {}
             Some(_) = async { match roll_calls.as_mut() { Some(s) => s.next().await, None => std::future::pending().await } } => {}
         }
-        let beat = heartbeat(&shared, &config, &handlers, false);
+        let beat = heartbeat(&shared, false);
         let body = serde_json::to_vec(&beat).expect("heartbeats always serialize");
         if let Err(err) = shared.bus.client.publish(shared.bus.names.heartbeat(), body.into()).await {
             tracing::warn!(error = %err, "heartbeat not sent");
         }
+        match renew(&shared).await {
+            Some(renewed) => {
+                last_renewed = Instant::now();
+                for lost in renewed.lost {
+                    if let Some(running) = shared.running.lock().expect("running lock").get(lost.as_str()) {
+                        tracing::warn!(instance_id = %lost, "the scheduler no longer gives this worker the attempt; stopping it");
+                        running.cancel.cancel();
+                    }
+                }
+            }
+            None if last_renewed.elapsed() > lease => {
+                let running = shared.running.lock().expect("running lock");
+                if !running.is_empty() {
+                    tracing::error!(count = running.len(), "no lease renewal for a whole lease; stopping every attempt (it is being retried elsewhere)");
+                }
+                for attempt in running.values() {
+                    attempt.cancel.cancel();
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+async fn renew(shared: &Shared) -> Option<LeaseRenewed> {
+    let held: Vec<(ax_domain::ids::InstanceId, u32)> = shared
+        .running
+        .lock()
+        .expect("running lock")
+        .iter()
+        .filter_map(|(id, r)| Some((id.parse().ok()?, r.attempt)))
+        .collect();
+    let request = LeaseRenewal { worker_id: shared.worker_id.clone(), held };
+    let body: bytes::Bytes = serde_json::to_vec(&request).expect("renewals serialize").into();
+    let answer = tokio::time::timeout(REPORT_TIMEOUT, shared.bus.client.request(shared.bus.names.lease_renewal(), body)).await;
+    match answer {
+        Ok(Ok(message)) => serde_json::from_slice(&message.payload).ok(),
+        _ => None,
     }
 }
 
@@ -219,31 +330,92 @@ async fn cancellation_loop(shared: Shared, stop: CancellationToken) {
         };
         let instance = message.headers.as_ref().and_then(|h| h.get("Ax-Instance")).map(|v| v.as_str().to_owned());
         if let Some(instance) = instance {
-            if let Some(token) = shared.running.lock().expect("running lock").get(&instance) {
+            if let Some(running) = shared.running.lock().expect("running lock").get(&instance) {
                 tracing::info!(instance_id = %instance, "instance cancelled; stopping its attempt");
-                token.cancel();
+                running.cancel.cancel();
             }
         }
     }
 }
 
-/// Runs one attempt: RUNNING first, the handler only if the scheduler agreed, then the outcome.
-async fn execute(shared: &Shared, assignment: Assignment, cancel: CancellationToken) {
+/// Guards of one attempt, released when it ends.
+struct Held {
+    keys: Vec<String>,
+    holder: String,
+}
+
+/// Runs one attempt: guards, RUNNING, the handler only if the scheduler agreed,
+/// then the outcome.
+async fn execute(shared: &Shared, assignment: Assignment) {
     let key = assignment.instance_id.as_str().to_owned();
-    shared.running.lock().expect("running lock").insert(key.clone(), cancel.clone());
-    execute_attempt(shared, assignment, cancel).await;
+    let cancel = CancellationToken::new();
+    shared.running.lock().expect("running lock").insert(key.clone(), Running { attempt: assignment.attempt, cancel: cancel.clone() });
+    let held = match take_guards(shared, &assignment).await {
+        Ok(held) => Some(held),
+        Err(reason) => {
+            report(shared, &assignment, Outcome::Failed { reason, retryable: true }).await;
+            None
+        }
+    };
+    if let Some(held) = &held {
+        execute_attempt(shared, &assignment, cancel).await;
+        for guard in &held.keys {
+            if let Err(err) = shared.guards.release(guard, &held.holder).await {
+                tracing::warn!(error = %err, guard, "guard not released; it expires by itself");
+            }
+        }
+    }
     shared.running.lock().expect("running lock").remove(&key);
 }
 
-async fn execute_attempt(shared: &Shared, assignment: Assignment, cancel: CancellationToken) {
+/// The instance guard, and the task guard for a task that allows one running
+/// instance. A worker that cannot take them does not run and says why.
+async fn take_guards(shared: &Shared, assignment: &Assignment) -> Result<Held, String> {
+    let names = &shared.bus.names;
+    let holder = format!("{}#{}", shared.worker_id, assignment.attempt);
+    let ttl = Duration::from_secs(assignment.timeout_sec.saturating_mul(2).max(60));
+    let mut keys = vec![names.instance_guard(assignment.instance_id.as_str())];
+    if assignment.exclusive {
+        keys.push(names.task_guard(&assignment.task));
+    }
+    let mut taken = Vec::new();
+    for key in keys {
+        match shared.guards.acquire(&key, &holder, ttl).await {
+            Ok(None) => taken.push(key),
+            Ok(Some(other)) => {
+                for k in &taken {
+                    let _ = shared.guards.release(k, &holder).await;
+                }
+                return Err(format!("execution guard {key} is held by {other}; an earlier run may still be going"));
+            }
+            Err(err) => {
+                for k in &taken {
+                    let _ = shared.guards.release(k, &holder).await;
+                }
+                return Err(format!("cannot take execution guard {key}: {err}"));
+            }
+        }
+    }
+    Ok(Held { keys: taken, holder })
+}
+
+async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: CancellationToken) {
     let instance_id = assignment.instance_id.clone();
     let attempt = assignment.attempt;
-    let Some(handler) = shared.handlers.get(&assignment.handler).cloned() else {
+    let Some(entry) = shared.handlers.get(&assignment.handler) else {
         let reason = format!("worker {} has no handler {:?}", shared.worker_id, assignment.handler);
-        report(shared, &assignment, Outcome::Failed { reason, retryable: true }).await;
+        report(shared, assignment, Outcome::Failed { reason, retryable: true }).await;
         return;
     };
-    match report(shared, &assignment, Outcome::Running).await {
+    let _pool = match &entry.pool {
+        Some(pool) => Some(pool.clone().acquire_owned().await.expect("the semaphore is never closed")),
+        None => None,
+    };
+    if let Some(rate) = &entry.rate {
+        let wait = rate.lock().expect("rate lock").book();
+        tokio::time::sleep(wait).await;
+    }
+    match report(shared, assignment, Outcome::Running).await {
         Some(ReportReply::Accepted) => {}
         Some(ReportReply::Rejected { reason }) => {
             tracing::info!(instance_id = %instance_id, attempt, reason = %reason, "scheduler disowned this attempt; not running it");
@@ -264,22 +436,38 @@ async fn execute_attempt(shared: &Shared, assignment: Assignment, cancel: Cancel
         config: assignment.config.clone(),
         trace_id: assignment.trace_id.clone(),
         cancellation: cancel.clone(),
+        shard: None,
+        reporter: Some(Reporter { client: shared.bus.client.clone(), subject: shared.bus.names.progress(), worker_id: shared.worker_id.clone() }),
     };
     let timeout = Duration::from_secs(assignment.timeout_sec);
-    let outcome = match tokio::time::timeout(timeout, handler.run(ctx)).await {
-        _ if cancel.is_cancelled() => {
-            tracing::info!(instance_id = %instance_id, attempt, "attempt stopped after cancellation");
-            return;
-        }
-        Ok(Ok(result)) => Outcome::Succeeded { result },
-        Ok(Err(TaskError::Retry { reason })) => Outcome::Failed { reason, retryable: true },
-        Ok(Err(TaskError::Abort { reason })) => Outcome::Failed { reason, retryable: false },
-        Err(_) => {
+    let mut run = entry.handler.run(ctx);
+    let outcome = tokio::select! {
+        result = &mut run => Some(result),
+        _ = tokio::time::sleep(timeout) => None,
+        _ = cancel.cancelled() => None,
+    };
+    let outcome = match outcome {
+        Some(Ok(result)) => Outcome::Succeeded { result },
+        Some(Err(TaskError::Retry { reason })) => Outcome::Failed { reason, retryable: true },
+        Some(Err(TaskError::Abort { reason })) => Outcome::Failed { reason, retryable: false },
+        None => {
+            // Timed out or told to stop: the handler sees the token and has a grace
+            // period to end (shell: SIGTERM, then SIGKILL), then it is dropped.
+            let timed_out = !cancel.is_cancelled();
             cancel.cancel();
-            Outcome::Failed { reason: format!("timed out after {}s", assignment.timeout_sec), retryable: true }
+            let _ = tokio::time::timeout(STOP_GRACE, &mut run).await;
+            if timed_out {
+                Outcome::Failed { reason: format!("timed out after {}s", assignment.timeout_sec), retryable: true }
+            } else {
+                // Cancelled: by an operator (nothing to report), or by shutdown or a
+                // lost lease (hand it back; a refusal just means it moved on).
+                report(shared, assignment, Outcome::HandedBack).await;
+                tracing::info!(instance_id = %instance_id, attempt, "attempt stopped");
+                return;
+            }
         }
     };
-    match report(shared, &assignment, outcome).await {
+    match report(shared, assignment, outcome).await {
         Some(ReportReply::Accepted) => {}
         Some(ReportReply::Rejected { reason }) => {
             tracing::info!(instance_id = %instance_id, attempt, reason = %reason, "outcome refused: the attempt was taken over")
@@ -297,12 +485,13 @@ async fn report(shared: &Shared, assignment: &Assignment, outcome: Outcome) -> O
         task_version: assignment.task_version,
         attempt: assignment.attempt,
         worker_id: shared.worker_id.clone(),
+        timeout_sec: assignment.timeout_sec,
         outcome,
     };
     let body: bytes::Bytes = serde_json::to_vec(&report).expect("reports always serialize").into();
     let subject = shared.bus.names.report();
     let mut backoff = ExponentialBackoff::new(Duration::from_millis(100), Duration::from_secs(5));
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(30);
+    let give_up = tokio::time::Instant::now() + shared.config.scheduler.lease.0;
     loop {
         let answer = tokio::time::timeout(REPORT_TIMEOUT, shared.bus.client.request(subject.clone(), body.clone())).await;
         match answer {

@@ -15,6 +15,14 @@ pub struct InvalidId {
     pub value: String,
 }
 
+/// ULIDs from one monotonic generator: within a millisecond the random part counts
+/// up, so ids made by one process sort in the order they were made.
+fn next_ulid() -> ulid::Ulid {
+    static GENERATOR: std::sync::Mutex<Option<ulid::Generator>> = std::sync::Mutex::new(None);
+    let mut generator = GENERATOR.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    generator.get_or_insert_with(ulid::Generator::new).generate().unwrap_or_else(|_| ulid::Ulid::new())
+}
+
 macro_rules! prefixed_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal, $kind:literal) => {
         $(#[$doc])*
@@ -25,9 +33,9 @@ macro_rules! prefixed_id {
         impl $name {
             pub const PREFIX: &'static str = $prefix;
 
-            /// A new id whose body sorts after every id made earlier.
+            /// A new id whose body sorts after every id made earlier by this process.
             pub fn generate() -> Self {
-                Self(format!("{}{}", $prefix, ulid::Ulid::new()))
+                Self(format!("{}{}", $prefix, next_ulid()))
             }
 
             pub fn as_str(&self) -> &str {

@@ -44,6 +44,9 @@ pub struct Assignment {
     pub priority: Priority,
     pub trace_id: TraceId,
     pub dispatched_at: Timestamp,
+    /// The task allows one running instance: the worker also takes a per-task guard.
+    #[serde(default)]
+    pub exclusive: bool,
 }
 
 /// How an attempt went, from the worker's side.
@@ -72,8 +75,39 @@ pub struct Report {
     pub task_version: u32,
     pub attempt: u32,
     pub worker_id: WorkerId,
+    /// The attempt's timeout as the worker was told (used if the definition is unreadable).
+    #[serde(default)]
+    pub timeout_sec: u64,
     #[serde(flatten)]
     pub outcome: Outcome,
+}
+
+/// Sent by a worker every heartbeat (request/reply, answered by one scheduler):
+/// extends the leases of the attempts it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseRenewal {
+    pub worker_id: WorkerId,
+    /// (instance id, attempt) of every attempt the worker holds.
+    pub held: Vec<(InstanceId, u32)>,
+}
+
+/// The answer to a [`LeaseRenewal`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseRenewed {
+    pub until: Timestamp,
+    /// Attempts the worker must stop: MySQL says it no longer holds them (expired,
+    /// cancelled, taken over).
+    pub lost: Vec<InstanceId>,
+}
+
+/// A handler's progress, published by the worker; stored on the instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub instance_id: InstanceId,
+    pub attempt: u32,
+    pub worker_id: WorkerId,
+    pub percent: u8,
+    pub message: String,
 }
 
 /// The scheduler's answer to a [`Report`].

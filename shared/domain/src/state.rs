@@ -142,6 +142,9 @@ pub struct Running {
     pub worker_id: WorkerId,
     pub lease_expires_at: Timestamp,
     pub started_at: Timestamp,
+    /// Start plus the task's timeout: past it (and a grace period) the scheduler
+    /// ends the attempt itself.
+    pub deadline_at: Timestamp,
 }
 
 /// Failed, with another attempt due at `next_attempt_at`.
@@ -212,8 +215,8 @@ impl Created {
 }
 
 impl Dispatched {
-    pub fn start(self, now: Timestamp, lease_expires_at: Timestamp) -> Running {
-        Running { worker_id: self.worker_id, lease_expires_at, started_at: now }
+    pub fn start(self, now: Timestamp, lease_expires_at: Timestamp, deadline_at: Timestamp) -> Running {
+        Running { worker_id: self.worker_id, lease_expires_at, started_at: now, deadline_at }
     }
     /// The worker gave it back unstarted (shutting down); it goes to another at once.
     pub fn hand_back(self) -> Created {
@@ -263,7 +266,7 @@ pub struct Snapshot {
 pub enum Command {
     Release,
     Dispatch { worker_id: WorkerId, lease_expires_at: Timestamp },
-    Start { attempt: u32, worker_id: WorkerId, lease_expires_at: Timestamp },
+    Start { attempt: u32, worker_id: WorkerId, lease_expires_at: Timestamp, deadline_at: Timestamp },
     Succeed { attempt: u32, worker_id: WorkerId },
     /// `retry_at` is `None` when no attempt is left or the failure is final.
     Fail { attempt: u32, worker_id: WorkerId, reason: String, retry_at: Option<Timestamp> },
@@ -334,9 +337,9 @@ pub fn apply(snapshot: Snapshot, command: Command, now: Timestamp) -> Result<Mov
         (InstanceState::Created(c), Command::Dispatch { worker_id, lease_expires_at }) => {
             moved(InstanceState::Dispatched(c.dispatch(worker_id, lease_expires_at)), attempt, String::new())
         }
-        (InstanceState::Dispatched(d), Command::Start { attempt: reported, worker_id, lease_expires_at }) => {
+        (InstanceState::Dispatched(d), Command::Start { attempt: reported, worker_id, lease_expires_at, deadline_at }) => {
             check(reported, &worker_id, &d.worker_id)?;
-            moved(InstanceState::Running(d.start(now, lease_expires_at)), attempt, String::new())
+            moved(InstanceState::Running(d.start(now, lease_expires_at, deadline_at)), attempt, String::new())
         }
         (InstanceState::Running(r), Command::Succeed { attempt: reported, worker_id }) => {
             check(reported, &worker_id, &r.worker_id)?;
@@ -397,7 +400,7 @@ mod tests {
             StateKind::Waiting => InstanceState::Waiting(Waiting),
             StateKind::Created => InstanceState::Created(Created),
             StateKind::Dispatched => InstanceState::Dispatched(Dispatched { worker_id: worker("w1"), lease_expires_at: lease }),
-            StateKind::Running => InstanceState::Running(Running { worker_id: worker("w1"), lease_expires_at: lease, started_at: now() }),
+            StateKind::Running => InstanceState::Running(Running { worker_id: worker("w1"), lease_expires_at: lease, started_at: now(), deadline_at: lease }),
             StateKind::Retrying => InstanceState::Retrying(Retrying { next_attempt_at: lease }),
             kind => InstanceState::Finished(Finished { kind, finished_at: now() }),
         }
@@ -410,7 +413,7 @@ mod tests {
         vec![
             Command::Release,
             Command::Dispatch { worker_id: w.clone(), lease_expires_at: lease },
-            Command::Start { attempt: 1, worker_id: w.clone(), lease_expires_at: lease },
+            Command::Start { attempt: 1, worker_id: w.clone(), lease_expires_at: lease, deadline_at: lease },
             Command::Succeed { attempt: 1, worker_id: w.clone() },
             Command::Fail { attempt: 1, worker_id: w.clone(), reason: "boom".into(), retry_at: None },
             Command::Fail { attempt: 1, worker_id: w.clone(), reason: "boom".into(), retry_at: Some(lease) },

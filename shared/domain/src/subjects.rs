@@ -105,6 +105,29 @@ impl Names {
         format!("{}.rpc.worker.roll_call", self.root)
     }
 
+    pub fn lease_renewal(&self) -> String {
+        format!("{}.rpc.worker.lease", self.root)
+    }
+
+    pub fn progress(&self) -> String {
+        format!("{}.rpc.progress", self.root)
+    }
+
+    /// Redis: the execution guard of an instance, and of a task that allows one run.
+    pub fn instance_guard(&self, instance: &str) -> String {
+        format!("{}:guard:instance:{instance}", self.root)
+    }
+
+    pub fn task_guard(&self, task: &str) -> String {
+        format!("{}:guard:task:{task}", self.root)
+    }
+
+    /// Redis: present while the current leader's view of Redis is intact; a flush
+    /// removes it and tells the leader to rebuild queues from MySQL.
+    pub fn redis_sentinel(&self) -> String {
+        format!("{}:sentinel", self.root)
+    }
+
     pub fn report(&self) -> String {
         format!("{}.rpc.report", self.root)
     }

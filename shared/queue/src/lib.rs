@@ -192,3 +192,94 @@ impl DueIndex {
         conn.zcard(&self.key).await.map_err(|source| QueueError::Command { what: "count due entries", source })
     }
 }
+
+impl WorkerQueues {
+    /// Marks Redis as holding this leader's state (see [`Names::redis_sentinel`]).
+    pub async fn set_sentinel(&self, value: &str) -> Result<(), QueueError> {
+        let mut conn = self.conn.clone();
+        conn.set::<_, _, ()>(self.names.redis_sentinel(), value).await.map_err(|source| QueueError::Command { what: "set sentinel", source })
+    }
+
+    /// Whether the sentinel is still there; `false` after a flush or a Redis restart.
+    pub async fn sentinel_present(&self) -> Result<bool, QueueError> {
+        let mut conn = self.conn.clone();
+        conn.exists(self.names.redis_sentinel()).await.map_err(|source| QueueError::Command { what: "check sentinel", source })
+    }
+}
+
+/// Execution guards (seed 4.1, second layer): `SET NX EX` keys a worker must hold
+/// to run an attempt — one per instance, and one per task when the task allows a
+/// single running instance — so an old run and a new attempt never overlap even if
+/// MySQL and the scheduler were wrong. The TTL outlives the attempt (twice its
+/// timeout), so a crashed holder's guard expires on its own.
+#[derive(Clone)]
+pub struct ExecutionGuards {
+    conn: ConnectionManager,
+}
+
+impl ExecutionGuards {
+    pub async fn connect(url: &str) -> Result<Self, QueueError> {
+        let client = redis::Client::open(url).map_err(QueueError::Connect)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(5)))
+            .set_response_timeout(Some(Duration::from_secs(5)));
+        let conn = client.get_connection_manager_with_config(config).await.map_err(QueueError::Connect)?;
+        Ok(Self { conn })
+    }
+
+    /// Takes `key` for `holder`; `Ok(None)` when taken, `Ok(Some(current))` naming
+    /// who holds it otherwise.
+    pub async fn acquire(&self, key: &str, holder: &str, ttl: Duration) -> Result<Option<String>, QueueError> {
+        let mut conn = self.conn.clone();
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(holder)
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl.as_secs().max(1))
+            .query_async(&mut conn)
+            .await
+            .map_err(|source| QueueError::Command { what: "take execution guard", source })?;
+        if set.is_some() {
+            return Ok(None);
+        }
+        let current: Option<String> = conn.get(key).await.map_err(|source| QueueError::Command { what: "read execution guard", source })?;
+        match current {
+            // Our own (a redelivered assignment of the same attempt): ours still.
+            Some(current) if current == holder => Ok(None),
+            Some(current) => Ok(Some(current)),
+            // Expired between the two calls: try once more.
+            None => Box::pin(self.acquire(key, holder, ttl)).await,
+        }
+    }
+
+    /// Releases `key` if `holder` still holds it (never someone else's).
+    pub async fn release(&self, key: &str, holder: &str) -> Result<(), QueueError> {
+        let script = redis::Script::new("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end");
+        let mut conn = self.conn.clone();
+        script.key(key).arg(holder).invoke_async::<i64>(&mut conn).await.map_err(|source| QueueError::Command { what: "release execution guard", source })?;
+        Ok(())
+    }
+}
+
+impl WorkerInbox {
+    /// Takes whatever is still queued for this worker without waiting (to hand it
+    /// back on shutdown).
+    pub async fn drain(&mut self) -> Result<Vec<Assignment>, QueueError> {
+        let mut out = Vec::new();
+        for key in self.keys.clone() {
+            loop {
+                let body: Option<String> =
+                    self.conn.lpop(&key, None).await.map_err(|source| QueueError::Command { what: "drain queue", source })?;
+                match body {
+                    Some(body) => match serde_json::from_str(&body) {
+                        Ok(assignment) => out.push(assignment),
+                        Err(_) => tracing::warn!(entry = %body, "undecodable queue entry dropped while draining"),
+                    },
+                    None => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -172,6 +172,16 @@ pub struct SchedulerConfig {
     /// How often the outbox relay looks for unpublished events when nothing woke it.
     #[arg(long, global = true, env = "AX_RELAY_INTERVAL", default_value = "100ms")]
     pub relay_interval: Span,
+    /// After an attempt's timeout, how long the worker has to stop it (SIGTERM, then
+    /// SIGKILL for shell) before the scheduler ends the attempt itself.
+    #[arg(long, global = true, env = "AX_TIMEOUT_GRACE", default_value = "10s")]
+    pub timeout_grace: Span,
+    /// Retries one task may start per minute before further retries are deferred.
+    #[arg(long, global = true, env = "AX_RETRY_BUDGET_TASK", default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..))]
+    pub retry_budget_task: u32,
+    /// Retries the whole cluster may start per minute before further ones are deferred.
+    #[arg(long, global = true, env = "AX_RETRY_BUDGET_CLUSTER", default_value_t = 1200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub retry_budget_cluster: u32,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -291,6 +301,9 @@ impl Config {
         line("lease", self.scheduler.lease.to_string());
         line("dispatch_interval", self.scheduler.dispatch_interval.to_string());
         line("relay_interval", self.scheduler.relay_interval.to_string());
+        line("timeout_grace", self.scheduler.timeout_grace.to_string());
+        line("retry_budget_task", self.scheduler.retry_budget_task.to_string());
+        line("retry_budget_cluster", self.scheduler.retry_budget_cluster.to_string());
         line("worker_id", self.worker.worker_id.clone().unwrap_or_default());
         line("group", self.worker.group.clone());
         line("tags", self.worker.tags.clone());

@@ -34,7 +34,7 @@ use tokio::sync::Notify;
 pub use error::StoreError;
 pub use leader::Fence;
 pub use instances::{
-    Applied, CreateOutcome, InstanceFilter, InstanceRecord, NewInstance, Refusal, TransitionRecord, TransitionRequest,
+    Applied, CreateOutcome, InstanceFilter, InstanceRecord, NewInstance, Overdue, Refusal, TransitionRecord, TransitionRequest,
 };
 pub use outbox::OutboxRow;
 pub use tasks::{Registered, TaskRecord};

@@ -56,3 +56,27 @@ pub async fn transitions(State(state): State<AppState>, Path(id): Path<String>) 
     let transitions = state.store.transitions(&id).await?;
     Ok(Json(json!({ "instance_id": id, "transitions": transitions })))
 }
+
+/// Cancels an instance in any non-final state; a running attempt is told to stop.
+pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let id = parse_id(&id)?;
+    let request = ax_store::TransitionRequest {
+        instance_id: id.clone(),
+        command: ax_domain::state::Command::Cancel { reason: "cancelled by an operator".into() },
+        operator: "api".into(),
+        result: None,
+    };
+    match state.store.transition(&[request]).await?.remove(0) {
+        Ok(applied) => Ok(Json(views::instance(&applied.instance))),
+        Err(ax_store::Refusal::NotFound) => Err(ApiError::not_found(format!("instance {id} does not exist"))),
+        Err(ax_store::Refusal::Transition(err)) => Err(ApiError::Conflict { message: err.to_string() }),
+    }
+}
+
+/// Runs a finished instance again: a new instance, linked to the old one.
+pub async fn rerun(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<(axum::http::StatusCode, Json<Value>)> {
+    let id = parse_id(&id)?;
+    let new_id = state.store.rerun(&id, "api").await?;
+    let _ = state.bus.client.publish(state.bus.names.dispatch_kick(), bytes::Bytes::new()).await;
+    Ok((axum::http::StatusCode::CREATED, Json(json!({ "instance_id": new_id, "rerun_of": id }))))
+}

@@ -5,6 +5,7 @@ mod health;
 mod instances;
 mod schema;
 mod tasks;
+mod workers;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -23,6 +24,9 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/instances", get(instances::list))
         .route("/api/v1/instances/{id}", get(instances::get))
         .route("/api/v1/instances/{id}/transitions", get(instances::transitions))
+        .route("/api/v1/instances/{id}/cancel", post(instances::cancel))
+        .route("/api/v1/instances/{id}/rerun", post(instances::rerun))
+        .route("/api/v1/workers", get(workers::list))
         .route("/api/v1/schema/task", get(schema::task))
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))

@@ -169,3 +169,34 @@ pub fn cron_preview(expr: &str, tz: &str, n: usize) -> anyhow::Result<ExitCode> 
     }
     Ok(ExitCode::SUCCESS)
 }
+
+pub async fn instance_action(config: &Config, id: &str, action: &str) -> anyhow::Result<ExitCode> {
+    let response = client().post(url(config, &format!("/api/v1/instances/{id}/{action}"))).send().await.context("reaching the api")?;
+    let (code, body) = finish(response).await?;
+    if code == ExitCode::SUCCESS {
+        match action {
+            "rerun" => println!("{} reruns {id}", body["instance_id"].as_str().unwrap_or_default()),
+            _ => println!("{id} is {}", body["state"].as_str().unwrap_or_default()),
+        }
+    }
+    Ok(code)
+}
+
+pub async fn workers(config: &Config) -> anyhow::Result<ExitCode> {
+    let response = client().get(url(config, "/api/v1/workers")).send().await.context("reaching the api")?;
+    let (code, body) = finish(response).await?;
+    println!("{:<32} {:<10} {:>9} {:<8} {:<28} tags", "worker", "group", "running", "alive", "last heartbeat");
+    for w in body["workers"].as_array().into_iter().flatten() {
+        println!(
+            "{:<32} {:<10} {:>4}/{:<4} {:<8} {:<28} {}",
+            w["id"].as_str().unwrap_or_default(),
+            w["group"].as_str().unwrap_or_default(),
+            w["running"],
+            w["max_running"],
+            if w["alive"].as_bool() == Some(true) { "yes" } else { "LOST" },
+            w["last_heartbeat"].as_str().unwrap_or_default(),
+            w["tags"].as_array().map(|t| t.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(",")).unwrap_or_default()
+        );
+    }
+    Ok(code)
+}

@@ -29,6 +29,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             client::trigger(&config, &task, &params, trigger_id, payload_version, priority, delay_sec).await
         }
         Command::Instance { id } => client::instance(&config, &id).await,
+        Command::Cancel { id } => client::instance_action(&config, &id, "cancel").await,
+        Command::Rerun { id } => client::instance_action(&config, &id, "rerun").await,
+        Command::Workers => client::workers(&config).await,
         Command::Events { command: EventsCommand::Tail { task } } => events::tail(&config, task.as_deref()).await,
     }
 }

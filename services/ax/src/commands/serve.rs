@@ -70,8 +70,10 @@ pub async fn scheduler(config: Config) -> anyhow::Result<ExitCode> {
 pub async fn api(config: Config) -> anyhow::Result<ExitCode> {
     let bus = bus(&config, "ax api").await?;
     bus.apply_definitions().await.context("applying NATS definitions")?;
-    let state = ax_api::AppState { store: store(&config).await?, bus, metrics: ax_runtime::telemetry::prometheus() };
-    ax_api::run(config.http.http_addr, state, shutdown_on_signals()).await?;
+    let shutdown = shutdown_on_signals();
+    let workers = ax_api::workers::Directory::start(&bus, shutdown.clone()).await.context("listening to worker heartbeats")?;
+    let state = ax_api::AppState { store: store(&config).await?, bus, metrics: ax_runtime::telemetry::prometheus(), workers, lease: config.scheduler.lease.0 };
+    ax_api::run(config.http.http_addr, state, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -125,7 +127,8 @@ pub async fn dev(config: Config) -> anyhow::Result<ExitCode> {
     let deps = ax_scheduler::Deps { store: store.clone(), bus: bus.clone(), queues };
     services.spawn(ax_scheduler::run(config.clone(), deps, shutdown.child_token()));
     services.spawn(ax_chain::run(store.clone(), bus.clone(), shutdown.child_token()));
-    let state = ax_api::AppState { store, bus: bus.clone(), metrics: ax_runtime::telemetry::prometheus() };
+    let workers = ax_api::workers::Directory::start(&bus, shutdown.clone()).await.context("listening to worker heartbeats")?;
+    let state = ax_api::AppState { store, bus: bus.clone(), metrics: ax_runtime::telemetry::prometheus(), workers, lease: config.scheduler.lease.0 };
     services.spawn(ax_api::run(config.http.http_addr, state, shutdown.child_token()));
     let worker = builtin_worker(config.clone());
     services.spawn(worker.run_with(bus, shutdown.child_token()));

@@ -1,7 +1,8 @@
 //! `shell`: runs `execution.config.command` with `sh -c`.
 //!
 //! The command sees `AX_INSTANCE_ID`, `AX_TASK`, `AX_ATTEMPT`, `AX_TRACE_ID` and
-//! `AX_PARAMS` (the trigger's params as JSON). Exit 0 is success; any other exit
+//! `AX_PARAMS` (the trigger's params as JSON). On timeout or cancellation it gets
+//! SIGTERM, then SIGKILL if it has not stopped four seconds later. Exit 0 is success; any other exit
 //! fails the attempt with the code and the end of stderr as the reason. Exit codes
 //! listed in `execution.config.abort_exit_codes` fail without retry.
 
@@ -15,6 +16,8 @@ use crate::context::{handler_fn, Handler, TaskContext, TaskError};
 
 /// How much of stderr a failure reason keeps.
 const STDERR_TAIL: usize = 1024;
+/// Between SIGTERM and SIGKILL; inside the worker's stop grace.
+const TERM_GRACE: std::time::Duration = std::time::Duration::from_secs(4);
 
 pub fn shell() -> Arc<dyn Handler> {
     handler_fn(run)
@@ -56,8 +59,17 @@ async fn run(ctx: TaskContext) -> Result<Option<serde_json::Value>, TaskError> {
     let status = tokio::select! {
         status = child.wait() => status.map_err(|err| TaskError::retry(format!("waiting for sh failed: {err}")))?,
         _ = ctx.cancellation.cancelled() => {
-            let _ = child.kill().await;
-            return Err(TaskError::retry("cancelled; the process was killed"));
+            // SIGTERM first, so the command can clean up; SIGKILL if it will not stop.
+            if let Some(pid) = child.id() {
+                let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+            }
+            match tokio::time::timeout(TERM_GRACE, child.wait()).await {
+                Ok(_) => return Err(TaskError::retry("cancelled; the process stopped on SIGTERM")),
+                Err(_) => {
+                    let _ = child.kill().await;
+                    return Err(TaskError::retry(format!("cancelled; the process ignored SIGTERM for {}s and was killed", TERM_GRACE.as_secs())));
+                }
+            }
         }
     };
     let stderr = collect_stderr.await.unwrap_or_default();

@@ -410,3 +410,33 @@ impl NewInstance {
         }
     }
 }
+
+impl Store {
+    /// A new instance that repeats a finished one (same params, the task's current
+    /// definition), linked to it by `rerun_of`.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when the instance is unknown, not finished, or its task is gone.
+    pub async fn rerun(&self, old: &InstanceId, operator: &str) -> Result<InstanceId, StoreError> {
+        let refused = |reason: String| StoreError::Refused { field: "id".into(), reason };
+        let previous = self.instance(old).await?.ok_or_else(|| refused(format!("instance {old} does not exist")))?;
+        if !previous.state.kind().is_final() {
+            return Err(refused(format!("instance {old} is {}; only a finished instance can be rerun", previous.state.kind())));
+        }
+        let task = self.task(&previous.task_name).await?.ok_or_else(|| refused(format!("task {} is no longer registered", previous.task_name)))?;
+        let request = ax_domain::trigger::TriggerRequest { params: previous.params.clone(), payload_version: previous.payload_version, ..Default::default() };
+        let trigger_id = format!("rerun:{}:{}", old, ulid::Ulid::new());
+        let new = NewInstance::from_trigger(&task, &request, trigger_id, TriggerKind::Manual, operator, ax_domain::now());
+        let mut tx = self.pool.begin().await.at("begin rerun")?;
+        let outcome = self.create_in(&mut tx, std::slice::from_ref(&new)).await?.remove(0);
+        sqlx::query("UPDATE instances SET rerun_of = ? WHERE id = ?")
+            .bind(old.as_str())
+            .bind(outcome.instance_id().as_str())
+            .execute(&mut *tx)
+            .await
+            .at("link rerun")?;
+        tx.commit().await.at("commit rerun")?;
+        self.outbox_written.notify_one();
+        Ok(outcome.instance_id().clone())
+    }
+}

@@ -12,7 +12,7 @@ use ax_domain::Timestamp;
 use sqlx::FromRow;
 
 pub use create::{CreateOutcome, NewInstance};
-pub use query::{InstanceFilter, TransitionRecord};
+pub use query::{InstanceFilter, Overdue, TransitionRecord};
 pub use transition::{Applied, Refusal, TransitionRequest};
 
 use crate::error::StoreError;
@@ -42,6 +42,10 @@ pub struct InstanceRecord {
     pub finished_at: Option<Timestamp>,
     pub reason: String,
     pub result: Option<serde_json::Value>,
+    /// The handler's last progress report: percent and message.
+    pub progress: Option<(u8, String)>,
+    /// The instance this one reruns, if it is a manual rerun.
+    pub rerun_of: Option<InstanceId>,
     pub updated_at: Timestamp,
 }
 
@@ -66,6 +70,10 @@ pub(crate) struct InstanceRow {
     due_at: Timestamp,
     worker_id: Option<String>,
     lease_expires_at: Option<Timestamp>,
+    deadline_at: Option<Timestamp>,
+    progress_percent: Option<u8>,
+    progress_message: Option<String>,
+    rerun_of: Option<String>,
     started_at: Option<Timestamp>,
     finished_at: Option<Timestamp>,
     reason: String,
@@ -75,7 +83,7 @@ pub(crate) struct InstanceRow {
 
 pub(crate) const INSTANCE_COLUMNS: &str = "id, created_at, task_id, task_name, task_version, state, attempt, seq, \
      trigger_type, trigger_id, trace_id, params, payload_version, priority, due_at, worker_id, lease_expires_at, \
-     started_at, finished_at, reason, result, updated_at";
+     deadline_at, progress_percent, progress_message, rerun_of, started_at, finished_at, reason, result, updated_at";
 
 impl TryFrom<InstanceRow> for InstanceRecord {
     type Error = StoreError;
@@ -105,7 +113,8 @@ impl TryFrom<InstanceRow> for InstanceRecord {
             StateKind::Running => {
                 let (worker_id, lease_expires_at) = held("RUNNING")?;
                 let started_at = row.started_at.ok_or_else(|| corrupt("RUNNING without started_at".into()))?;
-                InstanceState::Running(Running { worker_id, lease_expires_at, started_at })
+                let deadline_at = row.deadline_at.unwrap_or(lease_expires_at);
+                InstanceState::Running(Running { worker_id, lease_expires_at, started_at, deadline_at })
             }
             StateKind::Retrying => InstanceState::Retrying(Retrying { next_attempt_at: row.due_at }),
             kind => InstanceState::Finished(Finished { kind, finished_at: row.finished_at.unwrap_or(row.updated_at) }),
@@ -131,6 +140,8 @@ impl TryFrom<InstanceRow> for InstanceRecord {
             finished_at: row.finished_at,
             reason: row.reason,
             result: row.result.as_deref().map(serde_json::from_str).transpose().map_err(|e| corrupt(format!("result: {e}")))?,
+            progress: row.progress_percent.map(|p| (p, row.progress_message.clone().unwrap_or_default())),
+            rerun_of: row.rerun_of.as_deref().and_then(|r| r.parse().ok()),
             updated_at: row.updated_at,
         })
     }

@@ -133,3 +133,89 @@ impl Store {
         .at("list future due instances")
     }
 }
+
+/// An attempt whose lease or deadline passed.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct Overdue {
+    pub id: String,
+    pub task_id: String,
+    pub task_version: u32,
+    pub attempt: u32,
+    pub state: String,
+    pub worker_id: Option<String>,
+    pub lease_expires_at: Option<Timestamp>,
+    pub deadline_at: Option<Timestamp>,
+}
+
+impl Store {
+    /// DISPATCHED or RUNNING attempts whose lease ran out before `now`.
+    pub async fn expired_leases(&self, now: Timestamp, limit: u32) -> Result<Vec<Overdue>, StoreError> {
+        sqlx::query_as(include_str!("../../queries/instances_expired_leases.sql")).bind(now).bind(limit).fetch_all(&self.pool).await.at("list expired leases")
+    }
+
+    /// RUNNING attempts past their deadline before `before`.
+    pub async fn past_deadline(&self, before: Timestamp, limit: u32) -> Result<Vec<Overdue>, StoreError> {
+        sqlx::query_as(include_str!("../../queries/instances_past_deadline.sql")).bind(before).bind(limit).fetch_all(&self.pool).await.at("list attempts past deadline")
+    }
+
+    /// DISPATCHED instances (to push again after Redis lost its queues).
+    pub async fn dispatched(&self, limit: u32) -> Result<Vec<InstanceRecord>, StoreError> {
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE state = 'DISPATCHED' ORDER BY priority, due_at LIMIT ?");
+        let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(limit).fetch_all(&self.pool).await.at("list dispatched")?;
+        rows.into_iter().map(InstanceRecord::try_from).collect()
+    }
+
+    /// Extends the leases of the attempts `worker` says it holds, and returns those
+    /// of them it does not hold any more (the worker must stop them).
+    pub async fn renew_held(&self, worker: &str, held: &[(InstanceId, u32)], until: Timestamp) -> Result<Vec<InstanceId>, StoreError> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut still = QueryBuilder::new("SELECT id, attempt FROM instances WHERE worker_id = ");
+        still.push_bind(worker.to_owned()).push(" AND state IN ('DISPATCHED', 'RUNNING') AND id IN (");
+        let mut list = still.separated(", ");
+        for (id, _) in held {
+            list.push_bind(id.as_str().to_owned());
+        }
+        still.push(")");
+        let rows: Vec<(String, u32)> = still.build_query_as().fetch_all(&self.pool).await.at("check held attempts")?;
+        let current: std::collections::HashMap<String, u32> = rows.into_iter().collect();
+        let mut kept = Vec::new();
+        let mut lost = Vec::new();
+        for (id, attempt) in held {
+            if current.get(id.as_str()) == Some(attempt) {
+                kept.push(id.as_str().to_owned());
+            } else {
+                lost.push(id.clone());
+            }
+        }
+        if !kept.is_empty() {
+            let mut renew = QueryBuilder::new("UPDATE instances SET lease_expires_at = ");
+            renew.push_bind(until).push(" WHERE worker_id = ").push_bind(worker.to_owned());
+            renew.push(" AND state IN ('DISPATCHED', 'RUNNING') AND lease_expires_at < ").push_bind(until).push(" AND id IN (");
+            let mut list = renew.separated(", ");
+            for id in kept {
+                list.push_bind(id);
+            }
+            renew.push(")");
+            renew.build().execute(&self.pool).await.at("renew held leases")?;
+        }
+        Ok(lost)
+    }
+
+    /// Stores a handler's progress for the attempt that reported it.
+    pub async fn set_progress(&self, id: &InstanceId, attempt: u32, worker: &str, percent: u8, message: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE instances SET progress_percent = ?, progress_message = ? WHERE id = ? AND attempt = ? AND worker_id = ? AND state = 'RUNNING'",
+        )
+        .bind(percent.min(100))
+        .bind(super::create::truncate(message).chars().take(500).collect::<String>())
+        .bind(id.as_str())
+        .bind(attempt)
+        .bind(worker)
+        .execute(&self.pool)
+        .await
+        .at("store progress")?;
+        Ok(done.rows_affected() == 1)
+    }
+}

@@ -33,7 +33,9 @@ impl Store {
             if free == 0 {
                 return Ok(Vec::new());
             }
-            let waiting: Vec<String> = sqlx::query_scalar("SELECT id FROM instances WHERE task_id = ? AND state = 'WAITING' ORDER BY id LIMIT ?")
+            // FIFO by admission: the audit row of the WAITING birth was written under
+            // the task lock, so its id orders admissions exactly.
+            let waiting: Vec<String> = sqlx::query_scalar(include_str!("../../queries/instances_waiting_fifo.sql"))
                 .bind(task_id.as_str())
                 .bind(free as u32)
                 .fetch_all(&mut *tx)

@@ -195,6 +195,10 @@ async fn write_guarded(conn: &mut sqlx::MySqlConnection, before: &InstanceRecord
         .bind(after.seq)
         .bind(worker)
         .bind(after.state.lease_expires_at())
+        .bind(match &after.state {
+            InstanceState::Running(running) => Some(running.deadline_at),
+            _ => None,
+        })
         .bind(after.started_at)
         .bind(after.finished_at)
         .bind(after.due_at)
