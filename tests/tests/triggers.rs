@@ -43,8 +43,8 @@ async fn a_per_second_cron_fires_once_per_second() {
     let (p50, p99, max) = percentiles(&mut skew);
     println!("cron fire skew over {} fires (fire time -> instance committed): p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms", rows.len());
     assert!(skew.iter().all(|s| *s >= 0.0), "no fire before its time");
-    scheduler.stop().await;
     worker.stop().await;
+    scheduler.stop().await;
     env.cleanup().await;
 }
 
@@ -85,8 +85,8 @@ async fn delayed_triggers_survive_a_redis_flush_and_each_runs_once() {
     let mut late: Vec<f64> = lateness.iter().map(|(due, started)| millis(*started) - millis(*due)).collect();
     let (p50, p99, max) = percentiles(&mut late);
     println!("delayed start - due, across a Redis flush: p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms");
-    scheduler.stop().await;
     worker.stop().await;
+    scheduler.stop().await;
     env.cleanup().await;
 }
 
@@ -141,8 +141,8 @@ async fn serial_runs_twenty_triggers_one_at_a_time_in_order() {
         .await
         .unwrap();
     assert!(waited >= 18, "instances waited their turn ({waited})");
-    scheduler.stop().await;
     worker.stop().await;
+    scheduler.stop().await;
     env.cleanup().await;
 }
 
@@ -169,8 +169,8 @@ async fn discard_runs_one_of_twenty_and_records_the_rest() {
         .unwrap();
     assert!(reason.contains("max_running_instances 1"), "{reason}");
     assert_eq!(log.lock().unwrap().len(), 1);
-    scheduler.stop().await;
     worker.stop().await;
+    scheduler.stop().await;
     env.cleanup().await;
 }
 
@@ -243,8 +243,8 @@ async fn a_chain_runs_in_order_once_and_refuses_cycles() {
     }
     assert_eq!(env.store.task("a").await.unwrap().unwrap().version, 1, "the refused update changed nothing");
     chain.stop().await;
-    scheduler.stop().await;
     worker.stop().await;
+    scheduler.stop().await;
     env.cleanup().await;
 }
 

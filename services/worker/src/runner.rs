@@ -23,8 +23,6 @@ use crate::context::{Handler, Reporter, TaskContext, TaskError};
 const POP_WAIT: Duration = Duration::from_secs(1);
 /// How long a report waits for a scheduler's answer before it is sent again.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long in-flight work may take to finish once shutdown begins.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(30);
 /// After a timeout or cancellation, how long a handler has to stop by itself.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -105,6 +103,9 @@ pub struct Worker {
 struct Running {
     attempt: u32,
     cancel: CancellationToken,
+    /// Its execution guards, refreshed with every heartbeat.
+    guards: Vec<String>,
+    holder: String,
 }
 
 /// What the loops share.
@@ -211,7 +212,7 @@ impl Worker {
             Err(err) => tracing::warn!(error = %err, "could not drain the queue; its entries wait for their leases"),
         }
         in_flight.close();
-        if tokio::time::timeout(DRAIN_DEADLINE, in_flight.wait()).await.is_err() {
+        if tokio::time::timeout(self.config.worker.drain.0, in_flight.wait()).await.is_err() {
             tracing::warn!("in-flight work did not finish by the deadline; cancelling and handing it back");
             for running in shared.running.lock().expect("running lock").values() {
                 running.cancel.cancel();
@@ -273,6 +274,7 @@ async fn heartbeat_loop(shared: Shared, stop: CancellationToken) {
         match renew(&shared).await {
             Some(renewed) => {
                 last_renewed = Instant::now();
+                refresh_guards(&shared).await;
                 for lost in renewed.lost {
                     if let Some(running) = shared.running.lock().expect("running lock").get(lost.as_str()) {
                         tracing::warn!(instance_id = %lost, "the scheduler no longer gives this worker the attempt; stopping it");
@@ -290,6 +292,25 @@ async fn heartbeat_loop(shared: Shared, stop: CancellationToken) {
                 }
             }
             None => {}
+        }
+    }
+}
+
+/// Keeps the guards of running attempts alive for another lease.
+async fn refresh_guards(shared: &Shared) {
+    let held: Vec<(String, String)> = shared
+        .running
+        .lock()
+        .expect("running lock")
+        .values()
+        .flat_map(|r| r.guards.iter().map(|g| (g.clone(), r.holder.clone())))
+        .collect();
+    let ttl = shared.config.scheduler.lease.0;
+    for (key, holder) in held {
+        match shared.guards.refresh(&key, &holder, ttl).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(guard = %key, "execution guard lost while running"),
+            Err(err) => tracing::warn!(guard = %key, error = %err, "execution guard not refreshed"),
         }
     }
 }
@@ -338,74 +359,86 @@ async fn cancellation_loop(shared: Shared, stop: CancellationToken) {
     }
 }
 
-/// Guards of one attempt, released when it ends.
-struct Held {
-    keys: Vec<String>,
-    holder: String,
-}
-
 /// Runs one attempt: guards, RUNNING, the handler only if the scheduler agreed,
-/// then the outcome.
+/// guards released, then the outcome reported (released first, so whoever takes the
+/// instance next finds them free).
 async fn execute(shared: &Shared, assignment: Assignment) {
     let key = assignment.instance_id.as_str().to_owned();
     let cancel = CancellationToken::new();
-    shared.running.lock().expect("running lock").insert(key.clone(), Running { attempt: assignment.attempt, cancel: cancel.clone() });
-    let held = match take_guards(shared, &assignment).await {
-        Ok(held) => Some(held),
-        Err(reason) => {
-            report(shared, &assignment, Outcome::Failed { reason, retryable: true }).await;
-            None
-        }
-    };
-    if let Some(held) = &held {
-        execute_attempt(shared, &assignment, cancel).await;
-        for guard in &held.keys {
-            if let Err(err) = shared.guards.release(guard, &held.holder).await {
-                tracing::warn!(error = %err, guard, "guard not released; it expires by itself");
+    let holder = format!("{}#{}", shared.worker_id, assignment.attempt);
+    let outcome = match take_guards(shared, &assignment, &holder).await {
+        Ok(guards) => {
+            shared
+                .running
+                .lock()
+                .expect("running lock")
+                .insert(key.clone(), Running { attempt: assignment.attempt, cancel: cancel.clone(), guards: guards.clone(), holder: holder.clone() });
+            let outcome = execute_attempt(shared, &assignment, cancel).await;
+            shared.running.lock().expect("running lock").remove(&key);
+            for guard in &guards {
+                if let Err(err) = shared.guards.release(guard, &holder).await {
+                    tracing::warn!(error = %err, guard, "guard not released; it expires with the lease");
+                }
             }
+            outcome
         }
+        Err(reason) => Some(Outcome::Failed { reason, retryable: true }),
+    };
+    let Some(outcome) = outcome else { return };
+    match report(shared, &assignment, outcome).await {
+        Some(ReportReply::Accepted) => {}
+        Some(ReportReply::Rejected { reason }) => {
+            tracing::info!(instance_id = %assignment.instance_id, attempt = assignment.attempt, reason = %reason, "outcome refused: the attempt was taken over")
+        }
+        _ => tracing::warn!(instance_id = %assignment.instance_id, attempt = assignment.attempt, "outcome could not be delivered; the lease will decide"),
     }
-    shared.running.lock().expect("running lock").remove(&key);
 }
 
 /// The instance guard, and the task guard for a task that allows one running
-/// instance. A worker that cannot take them does not run and says why.
-async fn take_guards(shared: &Shared, assignment: &Assignment) -> Result<Held, String> {
+/// instance. A guard still held (an earlier run not yet gone) is waited for up to
+/// a heartbeat; a worker that still cannot take it does not run and says why.
+async fn take_guards(shared: &Shared, assignment: &Assignment, holder: &str) -> Result<Vec<String>, String> {
     let names = &shared.bus.names;
-    let holder = format!("{}#{}", shared.worker_id, assignment.attempt);
-    let ttl = Duration::from_secs(assignment.timeout_sec.saturating_mul(2).max(60));
+    let ttl = shared.config.scheduler.lease.0;
     let mut keys = vec![names.instance_guard(assignment.instance_id.as_str())];
     if assignment.exclusive {
         keys.push(names.task_guard(&assignment.task));
     }
-    let mut taken = Vec::new();
+    let patience = Instant::now() + shared.config.worker.heartbeat_interval.0 + Duration::from_secs(1);
+    let mut taken: Vec<String> = Vec::new();
     for key in keys {
-        match shared.guards.acquire(&key, &holder, ttl).await {
-            Ok(None) => taken.push(key),
-            Ok(Some(other)) => {
-                for k in &taken {
-                    let _ = shared.guards.release(k, &holder).await;
+        loop {
+            match shared.guards.acquire(&key, holder, ttl).await {
+                Ok(None) => {
+                    taken.push(key);
+                    break;
                 }
-                return Err(format!("execution guard {key} is held by {other}; an earlier run may still be going"));
-            }
-            Err(err) => {
-                for k in &taken {
-                    let _ = shared.guards.release(k, &holder).await;
+                Ok(Some(_)) if Instant::now() < patience => tokio::time::sleep(Duration::from_millis(200)).await,
+                Ok(Some(other)) => {
+                    for k in &taken {
+                        let _ = shared.guards.release(k, holder).await;
+                    }
+                    return Err(format!("execution guard {key} is held by {other}; an earlier run may still be going"));
                 }
-                return Err(format!("cannot take execution guard {key}: {err}"));
+                Err(err) => {
+                    for k in &taken {
+                        let _ = shared.guards.release(k, holder).await;
+                    }
+                    return Err(format!("cannot take execution guard {key}: {err}"));
+                }
             }
         }
     }
-    Ok(Held { keys: taken, holder })
+    Ok(taken)
 }
 
-async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: CancellationToken) {
+/// Runs the handler; returns the outcome to report, `None` when there is nothing to say.
+async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: CancellationToken) -> Option<Outcome> {
     let instance_id = assignment.instance_id.clone();
     let attempt = assignment.attempt;
     let Some(entry) = shared.handlers.get(&assignment.handler) else {
         let reason = format!("worker {} has no handler {:?}", shared.worker_id, assignment.handler);
-        report(shared, assignment, Outcome::Failed { reason, retryable: true }).await;
-        return;
+        return Some(Outcome::Failed { reason, retryable: true });
     };
     let _pool = match &entry.pool {
         Some(pool) => Some(pool.clone().acquire_owned().await.expect("the semaphore is never closed")),
@@ -419,11 +452,11 @@ async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: Cance
         Some(ReportReply::Accepted) => {}
         Some(ReportReply::Rejected { reason }) => {
             tracing::info!(instance_id = %instance_id, attempt, reason = %reason, "scheduler disowned this attempt; not running it");
-            return;
+            return None;
         }
         _ => {
             tracing::warn!(instance_id = %instance_id, attempt, "could not confirm RUNNING; not running it (its lease will expire)");
-            return;
+            return None;
         }
     }
     let ctx = TaskContext {
@@ -441,12 +474,12 @@ async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: Cance
     };
     let timeout = Duration::from_secs(assignment.timeout_sec);
     let mut run = entry.handler.run(ctx);
-    let outcome = tokio::select! {
+    let finished = tokio::select! {
         result = &mut run => Some(result),
         _ = tokio::time::sleep(timeout) => None,
         _ = cancel.cancelled() => None,
     };
-    let outcome = match outcome {
+    Some(match finished {
         Some(Ok(result)) => Outcome::Succeeded { result },
         Some(Err(TaskError::Retry { reason })) => Outcome::Failed { reason, retryable: true },
         Some(Err(TaskError::Abort { reason })) => Outcome::Failed { reason, retryable: false },
@@ -459,21 +492,13 @@ async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: Cance
             if timed_out {
                 Outcome::Failed { reason: format!("timed out after {}s", assignment.timeout_sec), retryable: true }
             } else {
-                // Cancelled: by an operator (nothing to report), or by shutdown or a
-                // lost lease (hand it back; a refusal just means it moved on).
-                report(shared, assignment, Outcome::HandedBack).await;
+                // Cancelled by an operator (the hand-back is refused: fine), or by
+                // shutdown or a lost lease (handed back at once).
                 tracing::info!(instance_id = %instance_id, attempt, "attempt stopped");
-                return;
+                Outcome::HandedBack
             }
         }
-    };
-    match report(shared, assignment, outcome).await {
-        Some(ReportReply::Accepted) => {}
-        Some(ReportReply::Rejected { reason }) => {
-            tracing::info!(instance_id = %instance_id, attempt, reason = %reason, "outcome refused: the attempt was taken over")
-        }
-        _ => tracing::warn!(instance_id = %instance_id, attempt, "outcome could not be delivered; the lease will decide"),
-    }
+    })
 }
 
 /// Sends a report and waits for the verdict, retrying while no scheduler answers

@@ -210,8 +210,14 @@ impl WorkerQueues {
 /// Execution guards (seed 4.1, second layer): `SET NX EX` keys a worker must hold
 /// to run an attempt — one per instance, and one per task when the task allows a
 /// single running instance — so an old run and a new attempt never overlap even if
-/// MySQL and the scheduler were wrong. The TTL outlives the attempt (twice its
-/// timeout), so a crashed holder's guard expires on its own.
+/// MySQL and the scheduler were wrong.
+///
+/// The seed sets the TTL to twice the timeout so a stuck task's guard cannot expire
+/// early. AX instead gives it one lease and has the holder refresh it with every
+/// heartbeat: a live holder's guard never expires early either, and a crashed
+/// holder's guard is gone when its lease is, so its retry starts within one lease
+/// (invariant 4) instead of waiting up to twice the timeout. A holder that cannot
+/// renew its lease stops its work itself, before its guard lapses.
 #[derive(Clone)]
 pub struct ExecutionGuards {
     conn: ConnectionManager,
@@ -281,5 +287,21 @@ impl WorkerInbox {
             }
         }
         Ok(out)
+    }
+}
+
+impl ExecutionGuards {
+    /// Extends `key` to `ttl` if `holder` still holds it.
+    pub async fn refresh(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool, QueueError> {
+        let script = redis::Script::new("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end");
+        let mut conn = self.conn.clone();
+        let done: i64 = script
+            .key(key)
+            .arg(holder)
+            .arg(ttl.as_millis() as u64)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|source| QueueError::Command { what: "refresh execution guard", source })?;
+        Ok(done == 1)
     }
 }

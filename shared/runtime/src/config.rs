@@ -200,6 +200,10 @@ pub struct WorkerConfig {
     pub max_running: u32,
     #[arg(long, global = true, env = "AX_HEARTBEAT_INTERVAL", default_value = "10s")]
     pub heartbeat_interval: Span,
+    /// On shutdown, how long running attempts may take to finish before they are
+    /// cancelled and handed back.
+    #[arg(long, global = true, env = "AX_WORKER_DRAIN", default_value = "30s")]
+    pub drain: Span,
 }
 
 impl WorkerConfig {
@@ -309,6 +313,7 @@ impl Config {
         line("tags", self.worker.tags.clone());
         line("max_running", self.worker.max_running.to_string());
         line("heartbeat_interval", self.worker.heartbeat_interval.to_string());
+        line("drain", self.worker.drain.to_string());
         line("log", self.log.log.clone());
         line("log_format", self.log.log_format.clone());
         out
