@@ -124,13 +124,14 @@ async fn retries_follow_each_back_off_and_stop_at_max_attempts() {
     let scheduler = env.start_scheduler(env.config(&[]));
     let failing = ax_worker::handler_fn(|_ctx: ax_worker::TaskContext| async { Err(ax_worker::TaskError::retry("always fails")) });
     let worker = env.start_worker(env.config(&[]), vec![("fail", failing)]);
-    let cases = [("fixed", [1.0, 1.0]), ("linear", [1.0, 2.0]), ("exp", [1.0, 2.0])];
+    // Two-second steps, so ±10 % leaves room for a loaded CI machine.
+    let cases = [("fixed", [2.0, 2.0]), ("linear", [2.0, 4.0]), ("exp", [2.0, 4.0])];
     let mut ids = Vec::new();
     for (backoff, _) in &cases {
         let name = format!("retry_{backoff}");
         env.register(json!({
             "task_name": name, "owner": "tests",
-            "execution": {"handler": "fail", "retry": {"max_attempts": 3, "backoff": backoff, "initial_interval_sec": 1, "max_interval_sec": 60}}
+            "execution": {"handler": "fail", "retry": {"max_attempts": 3, "backoff": backoff, "initial_interval_sec": 2, "max_interval_sec": 60}}
         }))
         .await;
         ids.push(fire(&env, &name, "once", TriggerRequest::default()).await);
