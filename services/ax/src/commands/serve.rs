@@ -88,6 +88,7 @@ fn builtin_worker(config: Config) -> ax_worker::Worker {
     ax_worker::Worker::builder(config)
         .handler("shell", ax_worker::handlers::shell())
         .handler("noop", ax_worker::handlers::noop())
+        .handler("http", ax_worker::handlers::http())
         .build()
 }
 

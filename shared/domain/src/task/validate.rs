@@ -154,6 +154,18 @@ fn validate_execution(execution: &Execution) -> Result<(), FieldError> {
             }
         }
     }
+    if handler == "http" {
+        match execution.config.get("url") {
+            Some(serde_json::Value::String(url)) if url.starts_with("http://") => {}
+            Some(serde_json::Value::String(url)) if url.starts_with("https://") => {
+                return Err(FieldError::new(
+                    "execution.config.url",
+                    "the built-in http handler speaks plain http only; reach https through a local proxy or an SDK handler",
+                ))
+            }
+            _ => return Err(FieldError::new("execution.config.url", "the http handler needs an http:// URL")),
+        }
+    }
     if !(1..=MAX_TIMEOUT_SEC).contains(&execution.timeout) {
         return Err(FieldError::new("execution.timeout", format!("must be 1 to {MAX_TIMEOUT_SEC} seconds")));
     }
