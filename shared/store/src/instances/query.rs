@@ -82,19 +82,6 @@ impl Store {
 }
 
 impl Store {
-    /// Extends the lease of everything `worker` holds; a heartbeat is proof of life.
-    /// Not a transition: no state changes, so no event.
-    pub async fn renew_leases(&self, worker: &str, until: Timestamp) -> Result<u64, StoreError> {
-        let done = sqlx::query(include_str!("../../queries/instances_renew_leases.sql"))
-            .bind(until)
-            .bind(worker)
-            .bind(until)
-            .execute(&self.pool)
-            .await
-            .at("renew leases")?;
-        Ok(done.rows_affected())
-    }
-
     /// How many instances each worker holds (DISPATCHED or RUNNING): the load the
     /// dispatcher balances, read from the authority rather than guessed.
     pub async fn held_by_worker(&self) -> Result<Vec<(String, u32)>, StoreError> {
