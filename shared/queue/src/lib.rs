@@ -291,9 +291,16 @@ impl WorkerInbox {
 }
 
 impl ExecutionGuards {
-    /// Extends `key` to `ttl` if `holder` still holds it.
+    /// Extends `key` to `ttl` if `holder` still holds it, and takes it again if it
+    /// vanished (Redis flushed or restarted): the holder is still running, so the
+    /// guard is rebuilt from the one who knows. `false` if someone else holds it.
     pub async fn refresh(&self, key: &str, holder: &str, ttl: Duration) -> Result<bool, QueueError> {
-        let script = redis::Script::new("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end");
+        let script = redis::Script::new(
+            "local v = redis.call('GET', KEYS[1]) \
+             if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) \
+             elseif not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 \
+             else return 0 end",
+        );
         let mut conn = self.conn.clone();
         let done: i64 = script
             .key(key)
