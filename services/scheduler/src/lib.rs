@@ -67,6 +67,8 @@ pub(crate) struct Shared {
     pub planned: cron::Planned,
     /// Set when Redis lost its state: the planner starts over from MySQL.
     pub replan: Arc<std::sync::atomic::AtomicBool>,
+    /// Set when Redis lost its state: the timer re-indexes due times from MySQL.
+    pub reindex: Arc<std::sync::atomic::AtomicBool>,
     pub budget: Arc<budget::RetryBudget>,
 }
 
@@ -84,6 +86,7 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
         timer_wake: Arc::new(Notify::new()),
         planned: cron::Planned::default(),
         replan: Arc::default(),
+        reindex: Arc::default(),
         budget: Arc::new(budget::RetryBudget::new(config.scheduler.retry_budget_task, config.scheduler.retry_budget_cluster)),
         deps,
         config,

@@ -106,6 +106,7 @@ async fn rebuild_redis(shared: &Shared, term: &Term) -> anyhow::Result<()> {
     shared.deps.queues.push(&assignments).await?;
     shared.deps.queues.set_sentinel(&term.fence.epoch.to_string()).await?;
     shared.replan.store(true, std::sync::atomic::Ordering::SeqCst);
+    shared.reindex.store(true, std::sync::atomic::Ordering::SeqCst);
     shared.timer_wake.notify_one();
     tracing::warn!(requeued = assignments.len(), "Redis lost its state; queues rebuilt from MySQL");
     Ok(())

@@ -33,6 +33,10 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
     let mut last_reconcile = tokio::time::Instant::now() - RECONCILE_EVERY;
     let mut reconcile_wanted = true;
     loop {
+        if shared.reindex.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            reconcile_wanted = true;
+            last_reconcile = tokio::time::Instant::now() - RECONCILE_EVERY;
+        }
         if reconcile_wanted && last_reconcile.elapsed() >= RECONCILE_MIN_GAP || last_reconcile.elapsed() >= RECONCILE_EVERY {
             if let Err(err) = reconcile(&shared, &due).await {
                 tracing::warn!(error = %err, "reindexing due times failed");
