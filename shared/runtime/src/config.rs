@@ -229,6 +229,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     #[command(flatten)]
     pub log: LogConfig,
+    #[command(flatten)]
+    pub observe: crate::observe::ObserveConfig,
 }
 
 /// A setting that parsed but does not make sense, named by its variable.
@@ -274,6 +276,7 @@ impl Config {
             id.parse::<ax_domain::ids::WorkerId>()
                 .map_err(|err| ConfigError { variable: "AX_WORKER_ID", reason: err.to_string() })?;
         }
+        self.observe.validate()?;
         Ok(())
     }
 
@@ -298,6 +301,7 @@ impl Config {
         line("heartbeat_interval", self.worker.heartbeat_interval.to_string());
         line("log", self.log.log.clone());
         line("log_format", self.log.log_format.clone());
+        self.observe.dump(&mut line);
         out
     }
 }

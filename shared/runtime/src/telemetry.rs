@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogConfig;
@@ -16,12 +16,21 @@ pub fn init_tracing(config: &LogConfig) {
 
 static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// Buckets of every `*_seconds` histogram: from a few milliseconds (dispatch,
+/// webhook calls) to an hour (long batch runs).
+const SECONDS_BUCKETS: &[f64] =
+    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0];
+
 /// The process-wide Prometheus recorder; installed on first use, so every service
 /// in one process (as under `ax dev`) shares it.
 pub fn prometheus() -> PrometheusHandle {
     PROMETHEUS
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            // Durations are histograms (aggregatable across replicas, unlike summaries).
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+                .expect("the bucket list is not empty")
+                .build_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (tests embedding several
             // services); the handle then simply renders nothing of ours.
