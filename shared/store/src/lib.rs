@@ -10,10 +10,20 @@
 //! - [`tasks`]: registration (versioned, under a row lock), lookup, lifecycle
 //! - [`instances`]: creation by trigger id, guarded transitions, queries
 //! - [`outbox`]: what the relay publishes
+//! - [`logs`]: task log lines (the log sink writes, the api reads, retention deletes)
+//! - [`alerts`]: alert rules, channels, alerts with history, webhook deliveries
+//! - [`audit`]: the audit trail across instances (audit API, `ax audit verify`)
+//! - [`health`]: the task health report's numbers
+//! - [`monitoring`]: the monitor's gauges and rule inputs
 //! - `queries/`: the SQL, one file per statement
 
+pub mod alerts;
+pub mod audit;
 pub mod error;
+pub mod health;
 pub mod instances;
+pub mod logs;
+pub mod monitoring;
 pub mod outbox;
 pub mod tasks;
 
