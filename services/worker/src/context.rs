@@ -7,6 +7,8 @@ use std::sync::Arc;
 use ax_domain::ids::{InstanceId, TraceId};
 use tokio_util::sync::CancellationToken;
 
+use crate::logger::TaskLogger;
+
 /// One attempt of one instance, as handed to a handler.
 #[derive(Debug, Clone)]
 pub struct TaskContext {
@@ -22,6 +24,9 @@ pub struct TaskContext {
     /// Cancelled when the attempt must stop (timeout, cancel, lost lease, shutdown
     /// past its deadline). Long handlers should watch it.
     pub cancellation: CancellationToken,
+    /// Structured task log: `ctx.log.info("…")`. Lines go to `AX_LOGS` in batches
+    /// and are read back with `ax logs <instance>`; a call never blocks.
+    pub log: TaskLogger,
 }
 
 /// How a handler failed; the retry intent is part of the type.

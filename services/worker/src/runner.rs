@@ -15,8 +15,10 @@ use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::context::{Handler, TaskContext, TaskError};
+use crate::logger::LogShipper;
 
 /// How long a pop blocks in Redis; also the longest a shutdown waits for the popper.
 const POP_WAIT: Duration = Duration::from_secs(1);
@@ -63,6 +65,7 @@ struct Shared {
     handlers: Arc<HashMap<String, Arc<dyn Handler>>>,
     slots: Arc<Semaphore>,
     max_running: u32,
+    logs: LogShipper,
 }
 
 impl Worker {
@@ -99,6 +102,7 @@ impl Worker {
             handlers: self.handlers.clone(),
             slots: Arc::new(Semaphore::new(max_running as usize)),
             max_running,
+            logs: start_log_shipper(&bus, &self.config),
         };
         let mut inbox = WorkerInbox::connect(self.config.redis.redis_url.expose(), &bus.names, self.worker_id.as_str())
             .await
@@ -124,10 +128,15 @@ impl Worker {
                 Ok(Some(assignment)) => {
                     let shared = shared.clone();
                     let cancel = attempts.child_token();
-                    in_flight.spawn(async move {
-                        execute(&shared, assignment, cancel).await;
-                        drop(permit);
-                    });
+                    // One id finds everything about a run: the worker's own log lines carry it too.
+                    let span = tracing::info_span!("attempt", instance_id = %assignment.instance_id, attempt = assignment.attempt, trace_id = %assignment.trace_id);
+                    in_flight.spawn(
+                        async move {
+                            execute(&shared, assignment, cancel).await;
+                            drop(permit);
+                        }
+                        .instrument(span),
+                    );
                 }
                 Ok(None) => {}
                 Err(err) => {
@@ -145,6 +154,7 @@ impl Worker {
         }
         heartbeat_stop.cancel();
         let _ = heartbeats.await;
+        shared.logs.close().await;
         let goodbye = heartbeat(&shared, &self.config, &handler_names, true);
         let _ = bus.client.publish(bus.names.heartbeat(), serde_json::to_vec(&goodbye)?.into()).await;
         let _ = bus.client.flush().await;
@@ -215,6 +225,8 @@ async fn execute(shared: &Shared, assignment: Assignment, cancel: CancellationTo
             return;
         }
     }
+    let log = shared.logs.logger(&assignment.task, &instance_id, attempt, &shared.worker_id, &assignment.trace_id);
+    log.attempt_started();
     let ctx = TaskContext {
         instance_id: instance_id.clone(),
         task: assignment.task.clone(),
@@ -225,6 +237,7 @@ async fn execute(shared: &Shared, assignment: Assignment, cancel: CancellationTo
         config: assignment.config.clone(),
         trace_id: assignment.trace_id.clone(),
         cancellation: cancel.clone(),
+        log: log.clone(),
     };
     let timeout = Duration::from_secs(assignment.timeout_sec);
     let outcome = match tokio::time::timeout(timeout, handler.run(ctx)).await {
@@ -236,6 +249,7 @@ async fn execute(shared: &Shared, assignment: Assignment, cancel: CancellationTo
             Outcome::Failed { reason: format!("timed out after {}s", assignment.timeout_sec), retryable: true }
         }
     };
+    log.attempt_finished(&outcome);
     match report(shared, &assignment, outcome).await {
         Some(ReportReply::Accepted) => {}
         Some(ReportReply::Rejected { reason }) => {
@@ -287,4 +301,10 @@ fn resident_memory_bytes() -> u64 {
         .and_then(|s| s.split_whitespace().nth(1).and_then(|pages| pages.parse::<u64>().ok()))
         .map(|pages| pages * 4096)
         .unwrap_or(0)
+}
+
+fn start_log_shipper(bus: &Bus, config: &Config) -> LogShipper {
+    crate::metrics::describe();
+    let settings = &config.observe.worker_log;
+    LogShipper::start(bus.clone(), settings.worker_log_buffer as usize, settings.worker_log_flush.0)
 }
