@@ -3,11 +3,27 @@
 
 use std::collections::HashMap;
 
-use ax_domain::health::{Run, TaskStats};
+use ax_domain::event::{Event, EventBody, FlaggedTask, HealthReported};
+use ax_domain::health::{HealthReport, Run, TaskStats};
+use ax_domain::ids::{EventId, ReportId};
 use ax_domain::Timestamp;
+use sqlx::FromRow;
 
-use crate::error::{Context, StoreError};
+use crate::alerts::{NewNotification, NotificationKind};
+use crate::error::{retry_busy, Context, StoreError};
 use crate::Store;
+
+/// A stored monthly report, without its body.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, FromRow)]
+pub struct ReportSummary {
+    pub id: String,
+    pub scheduled_for: Timestamp,
+    pub since: Timestamp,
+    pub until: Timestamp,
+    pub tasks_total: u32,
+    pub tasks_flagged: u32,
+    pub created_at: Timestamp,
+}
 
 /// Finished runs per task the streak and duration history look at.
 const HISTORY_PER_TASK: u32 = 500;
@@ -87,5 +103,108 @@ impl Store {
         let mut out: Vec<TaskStats> = stats.into_values().collect();
         out.sort_by(|a, b| a.task.cmp(&b.task));
         Ok(out)
+    }
+}
+
+impl Store {
+    /// Stores the report answering the cron fire `scheduled_for`, its
+    /// `HealthReported` event (through the outbox, so it is published exactly once)
+    /// and its deliveries to `channels`, in one transaction. `None` when that fire
+    /// already has a report (another monitor made it).
+    ///
+    /// # Errors
+    /// MySQL failures; nothing is written then.
+    pub async fn save_health_report(
+        &self,
+        scheduled_for: Timestamp,
+        report: &HealthReport,
+        channels: &[String],
+    ) -> Result<Option<ReportId>, StoreError> {
+        let saved = retry_busy(|| async {
+            let now = ax_domain::now();
+            let id = ReportId::generate();
+            let mut tx = self.pool.begin().await.at("begin save health report")?;
+            let inserted = sqlx::query(include_str!("../queries/health/report_insert.sql"))
+                .bind(id.as_str())
+                .bind(scheduled_for)
+                .bind(report.since)
+                .bind(report.until)
+                .bind(report.tasks_total)
+                .bind(report.tasks_flagged)
+                .bind(serde_json::to_string(report).expect("reports always serialize"))
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .at("insert health report");
+            match inserted {
+                Err(StoreError::Conflict { .. }) => return Ok(None),
+                other => other?,
+            };
+            let flagged = report
+                .tasks
+                .iter()
+                .filter(|t| !t.flags.is_empty())
+                .map(|t| FlaggedTask { task: t.task.clone(), owner: t.owner.clone(), flags: t.flags.clone() })
+                .collect();
+            let body = HealthReported {
+                report_id: id.clone(),
+                since: report.since,
+                until: report.until,
+                tasks_total: report.tasks_total,
+                tasks_flagged: report.tasks_flagged,
+                flagged,
+            };
+            let event = Event { id: EventId::generate(), time: now, body: EventBody::HealthReported(body) };
+            sqlx::query(include_str!("../queries/outbox_insert.sql"))
+                .bind(event.id.as_str())
+                .bind(self.names.report_event("health"))
+                .bind("")
+                .bind(None::<String>)
+                .bind(None::<String>)
+                .bind(event.encode())
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .at("insert health report event")?;
+            let rows: Vec<NewNotification> = channels
+                .iter()
+                .map(|c| NewNotification { alert_id: None, report_id: Some(id.clone()), channel: c.clone(), kind: NotificationKind::Report })
+                .collect();
+            crate::alerts::insert_notifications(&mut tx, &rows, now).await?;
+            tx.commit().await.at("commit health report")?;
+            Ok(Some(id))
+        })
+        .await?;
+        if saved.is_some() {
+            self.outbox_written.notify_one();
+        }
+        Ok(saved)
+    }
+
+    pub async fn health_report_exists(&self, scheduled_for: Timestamp) -> Result<bool, StoreError> {
+        let count: i64 = sqlx::query_scalar(include_str!("../queries/health/report_exists.sql"))
+            .bind(scheduled_for)
+            .fetch_one(&self.pool)
+            .await
+            .at("look for health report")?;
+        Ok(count > 0)
+    }
+
+    pub async fn health_report(&self, id: &ReportId) -> Result<Option<HealthReport>, StoreError> {
+        let json: Option<String> = sqlx::query_scalar(include_str!("../queries/health/report_get.sql"))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .at("get health report")?;
+        json.map(|j| serde_json::from_str(&j).map_err(|e| StoreError::Corrupt { what: "health_reports", reason: e.to_string() })).transpose()
+    }
+
+    /// The latest stored reports, newest first.
+    pub async fn health_reports(&self, limit: u32) -> Result<Vec<ReportSummary>, StoreError> {
+        sqlx::query_as(include_str!("../queries/health/report_list.sql"))
+            .bind(limit.clamp(1, 100))
+            .fetch_all(&self.pool)
+            .await
+            .at("list health reports")
     }
 }

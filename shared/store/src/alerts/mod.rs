@@ -8,4 +8,5 @@ mod records;
 
 pub use definitions::{Put, Stored};
 pub use notifications::{NewNotification, NotificationKind, NotificationRow};
+pub(crate) use notifications::insert_notifications;
 pub use records::{AlertFilter, AlertRecord, AlertStatus, FireOutcome, Firing};
