@@ -65,18 +65,18 @@ impl Store {
         Ok(ids.into_iter().collect())
     }
 
-    /// The sequence number of each instance's last event, as the instance row says.
-    pub async fn instance_seqs(&self, ids: &[&str]) -> Result<HashMap<String, u32>, StoreError> {
+    /// Each instance's last event's sequence number and creation time, as its row says.
+    pub async fn instance_seqs(&self, ids: &[&str]) -> Result<HashMap<String, (u32, Timestamp)>, StoreError> {
         let mut out = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(1000) {
-            let mut query = QueryBuilder::new("SELECT id, seq FROM instances WHERE id IN (");
+            let mut query = QueryBuilder::new("SELECT id, seq, created_at FROM instances WHERE id IN (");
             let mut list = query.separated(", ");
             for id in chunk {
                 list.push_bind(id.to_string());
             }
             query.push(")");
-            let rows: Vec<(String, u32)> = query.build_query_as().fetch_all(&self.pool).await.at("read instance seqs")?;
-            out.extend(rows);
+            let rows: Vec<(String, u32, Timestamp)> = query.build_query_as().fetch_all(&self.pool).await.at("read instance seqs")?;
+            out.extend(rows.into_iter().map(|(id, seq, created_at)| (id, (seq, created_at))));
         }
         Ok(out)
     }
