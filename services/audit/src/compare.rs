@@ -269,7 +269,7 @@ mod tests {
     fn check(audit: &[AuditRow], stream: &[StreamTransition], pending: &HashSet<String>, instance: &InstanceId) -> (Vec<Problem>, u64) {
         let since = ax_domain::now() - chrono::TimeDelta::hours(1);
         let created_at: HashMap<String, Timestamp> = [(instance.as_str().to_owned(), ax_domain::now())].into();
-        compare(&Inputs { audit, stream, pending: pending, created_at: &created_at, since })
+        compare(&Inputs { audit, stream, pending, created_at: &created_at, since })
     }
 
     #[test]

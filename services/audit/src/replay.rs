@@ -78,10 +78,9 @@ pub async fn replay(bus: &Bus, filter: &ReplayFilter, mut each: impl FnMut(Strea
             }
         }
         let event = Event::decode(&message.payload);
-        if let Ok(e) = &event {
-            if filter.since.is_some_and(|since| e.time < since) || filter.until.is_some_and(|until| e.time >= until) {
-                continue;
-            }
+        let outside = |e: &Event| filter.since.is_some_and(|since| e.time < since) || filter.until.is_some_and(|until| e.time >= until);
+        if event.as_ref().is_ok_and(outside) {
+            continue;
         }
         each(StreamEvent { stream_seq, subject: message.subject.to_string(), event });
     }
