@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`error`]: the error body `{"error": {"code", "message", "field"}}` and its statuses
 //! - [`views`]: the JSON shapes of tasks and instances
-//! - `routes/`: one file per resource (tasks, instances, schema, health)
+//! - `routes/`: one file per resource (tasks, instances, schema, health, logs,
+//!   traces, audit, reports, alerts)
 
 pub mod error;
 mod routes;
