@@ -1,12 +1,16 @@
 //! One function per subcommand.
 
+mod alert;
+mod audit;
 mod client;
 mod events;
+mod logs;
+mod report;
 mod serve;
 
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, EventsCommand, NatsCommand, TaskCommand};
+use crate::cli::{AuditCommand, Cli, Command, EventsCommand, NatsCommand, ReportCommand, TaskCommand};
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = cli.config;
@@ -15,6 +19,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Scheduler => serve::scheduler(config).await,
         Command::Api => serve::api(config).await,
         Command::Worker => serve::worker(config).await,
+        Command::Monitor => serve::monitor(config).await,
+        Command::LogSink => serve::log_sink(config).await,
         Command::Migrate => serve::migrate(config).await,
         Command::Nats { command: NatsCommand::Apply } => serve::nats_apply(config).await,
         Command::Task { command: TaskCommand::Apply { file } } => client::task_apply(&config, &file).await,
@@ -24,5 +30,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Instance { id } => client::instance(&config, &id).await,
         Command::Events { command: EventsCommand::Tail { task } } => events::tail(&config, task.as_deref()).await,
+        Command::Logs { id, follow, attempt, level, format } => logs::logs(&config, &id, follow, attempt, level.as_deref(), format).await,
+        Command::Trace { trace_id } => logs::trace(&config, &trace_id).await,
+        Command::Audit { command: AuditCommand::Replay { task, instance, since, until, format } } => {
+            audit::replay(&config, task, instance, since.as_deref(), until.as_deref(), format).await
+        }
+        Command::Audit { command: AuditCommand::Verify { since, until, format } } => {
+            audit::verify(&config, since.as_deref(), until.as_deref(), format).await
+        }
+        Command::Report { command: ReportCommand::Health { since, until, format } } => {
+            report::health(&config, since.as_deref(), until.as_deref(), format).await
+        }
+        Command::Alert { command } => alert::run(&config, command).await,
     }
 }
