@@ -4,7 +4,8 @@
 //! and queued for every channel that takes reports, all in one transaction. Of
 //! several monitors, the first to store the fire's report wins; the others find
 //! it there. A fire missed while no monitor ran is made up at start, if it is at
-//! most a week old.
+//! most a week old and some task was registered before it (a fresh installation
+//! has nothing to report on).
 
 use std::time::Duration;
 
@@ -29,9 +30,14 @@ pub(crate) async fn run(shared: Shared, shutdown: CancellationToken) -> anyhow::
     };
     let now = ax_domain::now();
     if let Some(missed) = schedule.previous_before(now).filter(|fire| *fire > now - CATCH_UP) {
-        match shared.deps.store.health_report_exists(missed).await {
-            Ok(true) => {}
-            Ok(false) => make_and_wake(&shared, missed).await,
+        let store = &shared.deps.store;
+        let missed_one = async {
+            let first = store.first_task_registered_at().await?;
+            Ok::<bool, ax_store::StoreError>(first.is_some_and(|first| first < missed) && !store.health_report_exists(missed).await?)
+        };
+        match missed_one.await {
+            Ok(true) => make_and_wake(&shared, missed).await,
+            Ok(false) => {}
             Err(err) => tracing::warn!(error = %err, "cannot look for a missed health report"),
         }
     }

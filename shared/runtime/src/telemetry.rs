@@ -10,7 +10,8 @@ use crate::config::LogConfig;
 /// Installs the tracing subscriber. Calling it twice is harmless (tests do).
 pub fn init_tracing(config: &LogConfig) {
     let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(true);
+    // stderr, so a command's output on stdout stays clean for pipes (`ax audit replay | jq`).
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(true).with_writer(std::io::stderr);
     let _ = if config.log_format == "json" { builder.json().try_init() } else { builder.try_init() };
 }
 

@@ -181,6 +181,11 @@ impl Store {
         Ok(saved)
     }
 
+    /// When the first task was registered (`None` on a fresh installation).
+    pub async fn first_task_registered_at(&self) -> Result<Option<Timestamp>, StoreError> {
+        sqlx::query_scalar(include_str!("../queries/health/first_task.sql")).fetch_one(&self.pool).await.at("read first registration")
+    }
+
     pub async fn health_report_exists(&self, scheduled_for: Timestamp) -> Result<bool, StoreError> {
         let count: i64 = sqlx::query_scalar(include_str!("../queries/health/report_exists.sql"))
             .bind(scheduled_for)

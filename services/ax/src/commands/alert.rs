@@ -46,7 +46,7 @@ pub async fn run(config: &Config, command: AlertCommand) -> anyhow::Result<ExitC
                     status,
                     a["rule"].as_str().unwrap_or_default(),
                     a["fired_at"].as_str().unwrap_or_default().get(..19).unwrap_or_default(),
-                    a["occurrences"],
+                    a["occurrences"].to_string(),
                     a["summary"].as_str().unwrap_or_default()
                 );
             }

@@ -47,9 +47,9 @@ pub async fn health(config: &Config, since: Option<&str>, until: Option<&str>, f
             "{:<28} {:<16} {:>5} {:>8} {:>7} {:>9} {:>9}  {}",
             t["task"].as_str().unwrap_or_default(),
             t["owner"].as_str().unwrap_or_default(),
-            t["runs"],
+            t["runs"].to_string(),
             success,
-            t["failure_streak"],
+            t["failure_streak"].to_string(),
             last,
             p95,
             flags.join(", ")

@@ -6,6 +6,7 @@
 //! try is counted by channel and result and its error is kept on the row. The
 //! event consumer never waits for any of this.
 
+pub mod http;
 pub mod render;
 pub mod send;
 
@@ -29,7 +30,7 @@ const POLL: Duration = Duration::from_secs(1);
 
 pub(crate) async fn run(shared: Shared, shutdown: CancellationToken) -> anyhow::Result<()> {
     let settings = &shared.config.observe.monitor;
-    let sender = Sender::new(settings.alert_webhook_timeout.0)?;
+    let sender = Sender::new(settings.alert_webhook_timeout.0);
     loop {
         tokio::select! {
             biased;

@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
-use ax_domain::alert::{AlertChannel, ChannelFormat};
+use ax_domain::alert::{redact_url, AlertChannel, ChannelFormat};
 use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
+
+use super::http::HttpClient;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
@@ -22,18 +24,12 @@ pub enum SendError {
 /// The HTTP client every delivery shares.
 #[derive(Clone)]
 pub struct Sender {
-    http: reqwest::Client,
+    http: HttpClient,
 }
 
 impl Sender {
-    /// # Errors
-    /// The TLS stack cannot be set up.
-    pub fn new(timeout: Duration) -> Result<Self, reqwest::Error> {
-        // reqwest leaves the rustls crypto provider to the application; ring is the
-        // one rustls already uses for NATS. Installing twice is harmless.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder().timeout(timeout).user_agent(concat!("ax-monitor/", env!("CARGO_PKG_VERSION"))).build()?;
-        Ok(Self { http })
+    pub fn new(timeout: Duration) -> Self {
+        Self { http: HttpClient::new(timeout) }
     }
 
     /// Delivers `body` to `channel`.
@@ -59,23 +55,14 @@ impl Sender {
                 _ => {}
             }
         }
-        let response = self.http.post(&url).json(&body).send().await.map_err(|e| SendError::Request(without_url(&e)))?;
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        if !status.is_success() {
-            return Err(SendError::Status { status: status.as_u16(), body: clip(&text) });
+        let payload = serde_json::to_vec(&body).expect("bodies serialize");
+        // Errors name the host only: the URL carries the webhook's token.
+        let (status, text) = self.http.post_json(&url, payload).await.map_err(|e| SendError::Request(format!("{} ({e})", redact_url(&url))))?;
+        if !(200..300).contains(&status) {
+            return Err(SendError::Status { status, body: clip(&text) });
         }
         check_answer(channel.format, &text)
     }
-}
-
-/// reqwest errors print the URL, which carries the webhook's token.
-fn without_url(err: &reqwest::Error) -> String {
-    let mut message = err.to_string();
-    if let Some(url) = err.url() {
-        message = message.replace(url.as_str(), &ax_domain::alert::redact_url(url.as_str()));
-    }
-    if err.is_timeout() { format!("timed out ({message})") } else { message }
 }
 
 fn clip(text: &str) -> String {
