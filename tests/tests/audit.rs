@@ -50,10 +50,10 @@ async fn verify_passes_on_a_clean_run_and_names_the_instance_of_a_deleted_row_or
     // An event missing from the stream.
     let mut victim = None;
     ax_audit::replay(&env.bus, &ReplayFilter { instance: Some(ids[1].to_string()), ..Default::default() }, |m| {
-        if let Ok(ax_domain::event::Event { body: ax_domain::event::EventBody::InstanceTransitioned(t), .. }) = &m.event {
-            if t.seq == 3 {
-                victim = Some(m.stream_seq);
-            }
+        if let Ok(ax_domain::event::Event { body: ax_domain::event::EventBody::InstanceTransitioned(t), .. }) = &m.event
+            && t.seq == 3
+        {
+            victim = Some(m.stream_seq);
         }
     })
     .await
