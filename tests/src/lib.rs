@@ -6,6 +6,7 @@
 //! nothing here skips.
 
 pub mod proxy;
+pub mod webhook;
 
 use std::time::Duration;
 
@@ -131,6 +132,85 @@ impl TestEnv {
         let worker = builder.build();
         let bus = self.bus.clone();
         Service::spawn(move |token| worker.run_with(bus, token))
+    }
+
+    /// Starts a monitor in-process.
+    pub fn start_monitor(&self, config: Config) -> Service {
+        let deps = ax_monitor::Deps { store: self.store.clone(), bus: self.bus.clone(), queues: self.queues.clone() };
+        Service::spawn(|token| ax_monitor::run(config, deps, token))
+    }
+
+    /// Starts a log sink in-process.
+    pub fn start_log_sink(&self, config: Config) -> Service {
+        let deps = ax_log_sink::Deps { store: self.store.clone(), bus: self.bus.clone() };
+        Service::spawn(|token| ax_log_sink::run(config, deps, token))
+    }
+
+    /// The api's router on this sandbox, for `oneshot` calls.
+    pub fn api(&self) -> axum::Router {
+        ax_api::router(ax_api::AppState {
+            store: self.store.clone(),
+            bus: self.bus.clone(),
+            metrics: ax_runtime::telemetry::prometheus(),
+            workers: ax_api::workers::Directory::default(),
+            lease: Duration::from_secs(30),
+        })
+    }
+
+    /// Calls the api in-process; the body is JSON when it parses, else a string.
+    pub async fn call(&self, method: &str, uri: &str, body: Option<serde_json::Value>) -> (axum::http::StatusCode, serde_json::Value) {
+        use tower::ServiceExt;
+        let request = axum::http::Request::builder().method(method).uri(uri);
+        let request = match body {
+            Some(body) => request.header("content-type", "application/json").body(axum::body::Body::from(body.to_string())),
+            None => request.body(axum::body::Body::empty()),
+        }
+        .expect("a valid request");
+        let response = self.api().oneshot(request).await.expect("the router answers");
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 64 << 20).await.expect("a body");
+        let value = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value)
+    }
+
+    /// Waits until a durable consumer has handed out everything and had it acknowledged.
+    pub async fn consumer_idle(&self, stream_base: &str, durable: &str) {
+        let stream = self.bus.jetstream.get_stream(self.names.stream(stream_base)).await.expect("stream exists");
+        let consumer: async_nats::jetstream::consumer::PullConsumer = stream.get_consumer(durable).await.expect("consumer exists");
+        eventually(Duration::from_secs(30), &format!("consumer {durable} to be idle"), || {
+            let mut consumer = consumer.clone();
+            async move {
+                let info = consumer.info().await.ok()?;
+                (info.num_pending == 0 && info.num_ack_pending == 0).then_some(())
+            }
+        })
+        .await;
+    }
+
+    /// Waits until every committed event has left the outbox.
+    pub async fn outbox_drained(&self) {
+        eventually(Duration::from_secs(30), "the outbox to drain", || async {
+            self.store.outbox_pending(1).await.ok()?.is_empty().then_some(())
+        })
+        .await;
+    }
+
+    /// Runs `ax <args>` in this sandbox to completion: (exit code, stdout, stderr).
+    pub async fn run_ax(&self, args: &[&str], extra_env: &[(&str, String)]) -> (i32, String, String) {
+        let mut command = tokio::process::Command::new(ax_binary());
+        command.args(args).stdin(std::process::Stdio::null()).kill_on_drop(true);
+        for (k, v) in self.env_vars() {
+            command.env(k, v);
+        }
+        for (k, v) in extra_env {
+            command.env(k, v);
+        }
+        command.env("AX_LOG", "warn");
+        let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+            .await
+            .unwrap_or_else(|_| panic!("ax {} did not finish within 60 s", args.join(" ")))
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", ax_binary().display()));
+        (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
     }
 
     /// Registers a task from JSON.

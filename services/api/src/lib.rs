@@ -4,7 +4,8 @@
 //! - [`error`]: the error body `{"error": {"code", "message", "field"}}` and its statuses
 //! - [`views`]: the JSON shapes of tasks and instances
 //! - [`workers`]: the worker directory, from heartbeats
-//! - `routes/`: one file per resource (tasks, instances, schema, health)
+//! - `routes/`: one file per resource (tasks, instances, workers, cron, schema,
+//!   health, logs, traces, audit, reports, alerts)
 
 pub mod error;
 mod routes;

@@ -19,7 +19,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Everything in one process: migrations, scheduler, api, one worker, a demo task.
+    /// Everything in one process: migrations, scheduler, api, one worker, monitor, log sink, a demo task.
     Dev,
     /// The scheduler: trigger intake, dispatch, worker reports, outbox relay.
     Scheduler,
@@ -34,6 +34,10 @@ pub enum Command {
         #[command(subcommand)]
         command: CronCommand,
     },
+    /// The monitor: metrics and alerts from the event stream, the monthly health report.
+    Monitor,
+    /// The log sink: worker log batches from NATS into MySQL, with day-based retention.
+    LogSink,
     /// Apply the MySQL migrations.
     Migrate,
     /// NATS streams and consumers.
@@ -77,6 +81,158 @@ pub enum Command {
         #[command(subcommand)]
         command: EventsCommand,
     },
+    /// An instance's log, in order across attempts and workers.
+    Logs {
+        /// The instance id (`ins_…`).
+        id: String,
+        /// Keep printing new lines until the instance has finished.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// Only this attempt.
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// Only lines at this level or above: trace, debug, info, warn, error.
+        #[arg(long)]
+        level: Option<String>,
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        format: LogFormat,
+    },
+    /// Everything about one run, by its trace id (`trc_…`).
+    Trace { trace_id: String },
+    /// Read the event stream back and check it against MySQL's audit trail.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+    /// Reports.
+    Report {
+        #[command(subcommand)]
+        command: ReportCommand,
+    },
+    /// Alerts, alert rules and notification channels.
+    Alert {
+        #[command(subcommand)]
+        command: AlertCommand,
+    },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditCommand {
+    /// Print the history from AX_EVENTS (an ordered consumer from --since), oldest first.
+    Replay {
+        #[arg(long)]
+        task: Option<String>,
+        #[arg(long)]
+        instance: Option<String>,
+        /// RFC 3339 time, a date, or an age (24h, 7d); the whole stream when absent.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        until: Option<String>,
+        /// json: one event per line; table: one transition per row.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Json)]
+        format: OutputFormat,
+    },
+    /// Compare AX_EVENTS with MySQL's audit trail; name every gap or mismatch and
+    /// exit non-zero if there is any.
+    Verify {
+        /// Default: 24 hours ago.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        until: Option<String>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ReportCommand {
+    /// Task health: failures in a row, not firing, slow runs, success rate, owner
+    /// (thresholds from the AX_HEALTH_* settings).
+    Health {
+        /// Default: 30 days ago.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long)]
+        until: Option<String>,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        format: OutputFormat,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AlertCommand {
+    /// The alert history, newest first.
+    List {
+        /// firing or resolved.
+        #[arg(long)]
+        status: Option<String>,
+        /// P0, P1 or P2.
+        #[arg(long)]
+        level: Option<String>,
+        #[arg(long)]
+        task: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// One alert with its deliveries.
+    Show { id: String },
+    /// Acknowledge an alert: no more reminders.
+    Ack {
+        id: String,
+        /// Who acknowledges.
+        #[arg(long)]
+        by: String,
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Alert rules.
+    Rule {
+        #[command(subcommand)]
+        command: DefinitionCommand,
+    },
+    /// Notification channels (webhooks).
+    Channel {
+        #[command(subcommand)]
+        command: ChannelCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DefinitionCommand {
+    List,
+    /// Create or replace from a JSON file (`-` for stdin).
+    Apply {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    Delete { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ChannelCommand {
+    List,
+    /// Create or replace from a JSON file (`-` for stdin).
+    Apply {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    Delete { name: String },
+    /// Send a test notification (the monitor delivers it).
+    Test { name: String },
 }
 
 #[derive(Subcommand, Debug)]

@@ -2,9 +2,13 @@
 //!
 //! # Layout
 //! - [`cli`]: the command line (subcommands and the shared configuration)
-//! - `commands/serve.rs`: `dev`, `scheduler`, `api`, `worker`, `migrate`, `nats apply`
+//! - `commands/serve.rs`: `dev`, `scheduler`, `api`, `worker`, `monitor`, `log-sink`, `migrate`, `nats apply`
 //! - `commands/client.rs`: `task apply`, `trigger`, `instance` (through the api)
 //! - `commands/events.rs`: `events tail`
+//! - `commands/logs.rs`: `logs ID [-f]`, `trace ID` (through the api)
+//! - `commands/audit.rs`: `audit replay`, `audit verify` (NATS and MySQL directly)
+//! - `commands/report.rs`: `report health` (through the api)
+//! - `commands/alert.rs`: `alert list|show|ack`, `alert rule …`, `alert channel …` (through the api)
 
 mod cli;
 mod commands;

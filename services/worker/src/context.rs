@@ -8,6 +8,8 @@ use ax_domain::ids::{InstanceId, TraceId, WorkerId};
 use ax_domain::protocol::Progress;
 use tokio_util::sync::CancellationToken;
 
+use crate::logger::TaskLogger;
+
 /// One attempt of one instance, as handed to a handler.
 #[derive(Debug, Clone)]
 pub struct TaskContext {
@@ -25,6 +27,9 @@ pub struct TaskContext {
     pub cancellation: CancellationToken,
     /// Shard of a sharded firing: (index, total); `None` when not sharded.
     pub shard: Option<(u32, u32)>,
+    /// Structured task log: `ctx.log.info("…")`. Lines go to `AX_LOGS` in batches
+    /// and are read back with `ax logs <instance>`; a call never blocks.
+    pub log: TaskLogger,
     pub(crate) reporter: Option<Reporter>,
 }
 
@@ -80,6 +85,7 @@ impl TaskContext {
             trace_id: TraceId::generate(),
             cancellation: CancellationToken::new(),
             shard: None,
+            log: TaskLogger::disabled(),
             reporter: None,
         }
     }

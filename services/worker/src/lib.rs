@@ -24,12 +24,17 @@
 //! - [`context`]: `TaskContext`, `TaskError`, the `Handler` trait
 //! - [`runner`]: the heartbeat, pop and report loops
 //! - [`handlers`]: built-ins (`noop`, `shell`)
+//! - [`logger`]: `ctx.log`, batched to `AX_LOGS` without slowing the handler
+//! - `metrics`: metric names, declared once
 
 pub mod context;
 pub mod handlers;
+pub mod logger;
+mod metrics;
 pub mod runner;
 
 pub use context::{handler_fn, Handler, TaskContext, TaskError};
+pub use logger::{LogShipper, TaskLogger};
 pub use runner::{HandlerOptions, Worker, WorkerBuilder};
 
 /// The version this worker reports; tasks with `min_worker_version` above it never come here.

@@ -16,8 +16,10 @@ use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::context::{Handler, Reporter, TaskContext, TaskError};
+use crate::logger::LogShipper;
 
 /// How long a pop blocks in Redis; also the longest a shutdown waits for the popper.
 const POP_WAIT: Duration = Duration::from_secs(1);
@@ -120,6 +122,7 @@ struct Shared {
     max_running: u32,
     running: Arc<Mutex<HashMap<String, Running>>>,
     guards: ExecutionGuards,
+    logs: LogShipper,
 }
 
 impl Worker {
@@ -166,6 +169,7 @@ impl Worker {
             max_running,
             running: Arc::default(),
             guards: ExecutionGuards::connect(&redis_url).await.context("connecting to Redis")?,
+            logs: start_log_shipper(&bus, &self.config),
         };
         let mut inbox = WorkerInbox::connect(&redis_url, &bus.names, self.worker_id.as_str()).await.context("connecting to Redis")?;
         tracing::info!(worker_id = %self.worker_id, handlers = ?handler_names, max_running, "worker started");
@@ -186,10 +190,15 @@ impl Worker {
             match inbox.pop(POP_WAIT).await {
                 Ok(Some(assignment)) => {
                     let shared = shared.clone();
-                    in_flight.spawn(async move {
-                        execute(&shared, assignment).await;
-                        drop(permit);
-                    });
+                    // One id finds everything about a run: the worker's own log lines carry it too.
+                    let span = tracing::info_span!("attempt", instance_id = %assignment.instance_id, attempt = assignment.attempt, trace_id = %assignment.trace_id);
+                    in_flight.spawn(
+                        async move {
+                            execute(&shared, assignment).await;
+                            drop(permit);
+                        }
+                        .instrument(span),
+                    );
                 }
                 Ok(None) => {}
                 Err(err) => {
@@ -222,6 +231,7 @@ impl Worker {
         background_stop.cancel();
         let _ = heartbeats.await;
         let _ = cancellations.await;
+        shared.logs.close().await;
         tracing::info!(worker_id = %self.worker_id, "worker stopped");
         Ok(())
     }
@@ -366,6 +376,8 @@ async fn execute(shared: &Shared, assignment: Assignment) {
     let key = assignment.instance_id.as_str().to_owned();
     let cancel = CancellationToken::new();
     let holder = format!("{}#{}", shared.worker_id, assignment.attempt);
+    let log = shared.logs.logger(&assignment.task, &assignment.instance_id, assignment.attempt, &shared.worker_id, &assignment.trace_id);
+    let mut ran = None;
     let outcome = match take_guards(shared, &assignment, &holder).await {
         Ok(guards) => {
             shared
@@ -373,7 +385,8 @@ async fn execute(shared: &Shared, assignment: Assignment) {
                 .lock()
                 .expect("running lock")
                 .insert(key.clone(), Running { attempt: assignment.attempt, cancel: cancel.clone(), guards: guards.clone(), holder: holder.clone() });
-            let outcome = execute_attempt(shared, &assignment, cancel).await;
+            let outcome = execute_attempt(shared, &assignment, cancel, &log).await;
+            ran = Some(log);
             shared.running.lock().expect("running lock").remove(&key);
             for guard in &guards {
                 if let Err(err) = shared.guards.release(guard, &holder).await {
@@ -385,6 +398,9 @@ async fn execute(shared: &Shared, assignment: Assignment) {
         Err(reason) => Some(Outcome::Failed { reason, retryable: true }),
     };
     let Some(outcome) = outcome else { return };
+    if let Some(log) = &ran {
+        log.attempt_finished(&outcome);
+    }
     match report(shared, &assignment, outcome).await {
         Some(ReportReply::Accepted) => {}
         Some(ReportReply::Rejected { reason }) => {
@@ -433,7 +449,7 @@ async fn take_guards(shared: &Shared, assignment: &Assignment, holder: &str) -> 
 }
 
 /// Runs the handler; returns the outcome to report, `None` when there is nothing to say.
-async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: CancellationToken) -> Option<Outcome> {
+async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: CancellationToken, log: &crate::logger::TaskLogger) -> Option<Outcome> {
     let instance_id = assignment.instance_id.clone();
     let attempt = assignment.attempt;
     let Some(entry) = shared.handlers.get(&assignment.handler) else {
@@ -459,6 +475,7 @@ async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: Cance
             return None;
         }
     }
+    log.attempt_started();
     let ctx = TaskContext {
         instance_id: instance_id.clone(),
         task: assignment.task.clone(),
@@ -470,6 +487,7 @@ async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: Cance
         trace_id: assignment.trace_id.clone(),
         cancellation: cancel.clone(),
         shard: None,
+        log: log.clone(),
         reporter: Some(Reporter { client: shared.bus.client.clone(), subject: shared.bus.names.progress(), worker_id: shared.worker_id.clone() }),
     };
     let timeout = Duration::from_secs(assignment.timeout_sec);
@@ -544,4 +562,10 @@ fn resident_memory_bytes() -> u64 {
         .and_then(|s| s.split_whitespace().nth(1).and_then(|pages| pages.parse::<u64>().ok()))
         .map(|pages| pages * 4096)
         .unwrap_or(0)
+}
+
+fn start_log_shipper(bus: &Bus, config: &Config) -> LogShipper {
+    crate::metrics::describe();
+    let settings = &config.observe.worker_log;
+    LogShipper::start(bus.clone(), settings.worker_log_buffer as usize, settings.worker_log_flush.0)
 }

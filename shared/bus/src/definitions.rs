@@ -13,6 +13,8 @@ pub const TRIGGERS: &str = "AX_TRIGGERS";
 pub const LOGS: &str = "AX_LOGS";
 pub const INTAKE_CONSUMER: &str = "ax-intake";
 pub const CHAIN_CONSUMER: &str = "ax-chain";
+pub const MONITOR_CONSUMER: &str = "ax-monitor";
+pub const LOG_SINK_CONSUMER: &str = "ax-log-sink";
 
 const STREAM_FILES: [(&str, &str); 3] = [
     ("nats/streams/AX_EVENTS.json", include_str!("../../../nats/streams/AX_EVENTS.json")),
@@ -21,9 +23,11 @@ const STREAM_FILES: [(&str, &str); 3] = [
 ];
 
 /// (file, stream, definition)
-const CONSUMER_FILES: [(&str, &str, &str); 2] = [
+const CONSUMER_FILES: [(&str, &str, &str); 4] = [
     ("nats/consumers/AX_TRIGGERS.ax-intake.json", TRIGGERS, include_str!("../../../nats/consumers/AX_TRIGGERS.ax-intake.json")),
     ("nats/consumers/AX_EVENTS.ax-chain.json", EVENTS, include_str!("../../../nats/consumers/AX_EVENTS.ax-chain.json")),
+    ("nats/consumers/AX_EVENTS.ax-monitor.json", EVENTS, include_str!("../../../nats/consumers/AX_EVENTS.ax-monitor.json")),
+    ("nats/consumers/AX_LOGS.ax-log-sink.json", LOGS, include_str!("../../../nats/consumers/AX_LOGS.ax-log-sink.json")),
 ];
 
 /// The stream definitions, rewritten for a namespace.
@@ -104,10 +108,30 @@ impl Bus {
     /// # Errors
     /// The stream or consumer is missing (definitions not applied).
     pub async fn intake_consumer(&self) -> Result<async_nats::jetstream::consumer::PullConsumer, BusError> {
-        let stream_name = self.names.stream(TRIGGERS);
-        let err = |reason: String| BusError::Consumer { stream: stream_name.clone(), consumer: INTAKE_CONSUMER.into(), reason };
+        self.durable_consumer(TRIGGERS, INTAKE_CONSUMER).await
+    }
+
+    /// The monitor's durable pull consumer of `AX_EVENTS`.
+    ///
+    /// # Errors
+    /// The stream or consumer is missing (definitions not applied).
+    pub async fn monitor_consumer(&self) -> Result<async_nats::jetstream::consumer::PullConsumer, BusError> {
+        self.durable_consumer(EVENTS, MONITOR_CONSUMER).await
+    }
+
+    /// The log sink's durable pull consumer of `AX_LOGS`.
+    ///
+    /// # Errors
+    /// The stream or consumer is missing (definitions not applied).
+    pub async fn log_sink_consumer(&self) -> Result<async_nats::jetstream::consumer::PullConsumer, BusError> {
+        self.durable_consumer(LOGS, LOG_SINK_CONSUMER).await
+    }
+
+    async fn durable_consumer(&self, stream_base: &str, durable: &str) -> Result<async_nats::jetstream::consumer::PullConsumer, BusError> {
+        let stream_name = self.names.stream(stream_base);
+        let err = |reason: String| BusError::Consumer { stream: stream_name.clone(), consumer: durable.into(), reason };
         let stream = self.jetstream.get_stream(&stream_name).await.map_err(|e| err(e.to_string()))?;
-        stream.get_consumer(INTAKE_CONSUMER).await.map_err(|e| err(e.to_string()))
+        stream.get_consumer(durable).await.map_err(|e| err(e.to_string()))
     }
 }
 
@@ -126,5 +150,9 @@ mod tests {
         let consumers = consumer_configs(&Names::new("t1")).unwrap();
         assert_eq!(consumers[0].1.durable_name.as_deref(), Some(INTAKE_CONSUMER));
         assert_eq!(consumers[1].1.filter_subjects, ["t1.event.instance.*.succeeded", "t1.event.instance.*.failed"]);
+        assert_eq!(consumers[2], (EVENTS, consumers[2].1.clone()));
+        assert_eq!(consumers[2].1.durable_name.as_deref(), Some(MONITOR_CONSUMER));
+        assert_eq!(consumers[2].1.deliver_policy, async_nats::jetstream::consumer::DeliverPolicy::New);
+        assert_eq!(consumers[3].1.durable_name.as_deref(), Some(LOG_SINK_CONSUMER));
     }
 }

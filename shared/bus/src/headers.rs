@@ -9,6 +9,8 @@ pub const INSTANCE: &str = "Ax-Instance";
 pub const STATE: &str = "Ax-State";
 pub const CONTENT_TYPE: &str = "Content-Type";
 pub const CBOR: &str = "application/cbor";
+/// On log batches: the attempt the lines belong to.
+pub const ATTEMPT: &str = "Ax-Attempt";
 
 /// The headers of one event.
 pub fn event_headers(event_id: &str, task: &str, instance: Option<&str>, state: Option<&str>) -> HeaderMap {

@@ -86,6 +86,12 @@ impl CronSchedule {
         None
     }
 
+    /// The last fire strictly before `before`.
+    pub fn previous_before(&self, before: Timestamp) -> Option<Timestamp> {
+        let local = before.with_timezone(&self.zone);
+        self.schedule.after(&local).next_back().map(|t| t.with_timezone(&Utc))
+    }
+
     /// The next `count` fires after `after`, in UTC.
     pub fn upcoming(&self, after: Timestamp, count: usize) -> Vec<Timestamp> {
         let mut out = Vec::with_capacity(count);
@@ -203,6 +209,15 @@ mod tests {
     use chrono::{Datelike, TimeZone, Timelike, Weekday};
 
     use super::*;
+
+    #[test]
+    fn the_previous_fire_is_strictly_before() {
+        let monthly = CronSchedule::parse("0 9 1 * *", "UTC").unwrap();
+        let fire = Utc.with_ymd_and_hms(2027, 1, 1, 9, 0, 0).unwrap();
+        assert_eq!(monthly.previous_before(fire), Some(Utc.with_ymd_and_hms(2026, 12, 1, 9, 0, 0).unwrap()));
+        let later = Utc.with_ymd_and_hms(2027, 1, 15, 0, 0, 0).unwrap();
+        assert_eq!(monthly.previous_before(later), Some(fire));
+    }
 
     fn at(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> Timestamp {
         Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap()

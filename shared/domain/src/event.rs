@@ -7,7 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{EventId, InstanceId, TraceId, WorkerId};
+use crate::health::HealthFlag;
+use crate::ids::{EventId, InstanceId, ReportId, TraceId, WorkerId};
 use crate::state::StateKind;
 use crate::task::TriggerKind;
 use crate::Timestamp;
@@ -19,6 +20,7 @@ pub const SCHEMA_VERSION: u16 = 1;
 pub enum EventKind {
     InstanceTransitioned = 1,
     TaskChanged = 2,
+    HealthReported = 3,
 }
 
 impl EventKind {
@@ -26,6 +28,7 @@ impl EventKind {
         match n {
             1 => Some(EventKind::InstanceTransitioned),
             2 => Some(EventKind::TaskChanged),
+            3 => Some(EventKind::HealthReported),
             _ => None,
         }
     }
@@ -83,10 +86,30 @@ pub struct TaskChanged {
     pub operator: String,
 }
 
+/// The monthly task health report was made (seed 6); the whole report is served at
+/// `GET /api/v1/reports/health/{report_id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthReported {
+    pub report_id: ReportId,
+    pub since: Timestamp,
+    pub until: Timestamp,
+    pub tasks_total: u32,
+    pub tasks_flagged: u32,
+    pub flagged: Vec<FlaggedTask>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlaggedTask {
+    pub task: String,
+    pub owner: String,
+    pub flags: Vec<HealthFlag>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventBody {
     InstanceTransitioned(InstanceTransitioned),
     TaskChanged(TaskChanged),
+    HealthReported(HealthReported),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -122,6 +145,7 @@ impl Event {
         match self.body {
             EventBody::InstanceTransitioned(_) => EventKind::InstanceTransitioned,
             EventBody::TaskChanged(_) => EventKind::TaskChanged,
+            EventBody::HealthReported(_) => EventKind::HealthReported,
         }
     }
 
@@ -129,6 +153,7 @@ impl Event {
         let body = match &self.body {
             EventBody::InstanceTransitioned(b) => ciborium::Value::serialized(b),
             EventBody::TaskChanged(b) => ciborium::Value::serialized(b),
+            EventBody::HealthReported(b) => ciborium::Value::serialized(b),
         }
         .expect("event bodies always serialize");
         let wire = Wire { id: self.id.clone(), v: SCHEMA_VERSION, kind: self.kind() as u16, time: self.time, body };
@@ -149,6 +174,7 @@ impl Event {
         let body = match kind {
             EventKind::InstanceTransitioned => EventBody::InstanceTransitioned(wire.body.deserialized().map_err(body_err)?),
             EventKind::TaskChanged => EventBody::TaskChanged(wire.body.deserialized().map_err(body_err)?),
+            EventKind::HealthReported => EventBody::HealthReported(wire.body.deserialized().map_err(body_err)?),
         };
         Ok(Self { id: wire.id, time: wire.time, body })
     }
@@ -164,6 +190,7 @@ impl Event {
         value["body"] = match &self.body {
             EventBody::InstanceTransitioned(b) => serde_json::to_value(b),
             EventBody::TaskChanged(b) => serde_json::to_value(b),
+            EventBody::HealthReported(b) => serde_json::to_value(b),
         }
         .expect("event bodies always serialize");
         value
@@ -209,6 +236,32 @@ mod tests {
     fn the_version_1_fixture_still_decodes() {
         let bytes = include_bytes!("../tests/fixtures/instance_transitioned_v1.cbor");
         assert_eq!(Event::decode(bytes).unwrap(), sample());
+    }
+
+    fn health_sample() -> Event {
+        use chrono::TimeZone;
+        Event {
+            id: "evt_01JDQ6Z8X5C4V9N2M7K3H1G0FH".parse().unwrap(),
+            time: chrono::Utc.with_ymd_and_hms(2027, 1, 1, 9, 0, 0).unwrap(),
+            body: EventBody::HealthReported(HealthReported {
+                report_id: "rpt_01JDQ6Z8X5C4V9N2M7K3H1G0FJ".parse().unwrap(),
+                since: chrono::Utc.with_ymd_and_hms(2026, 12, 1, 9, 0, 0).unwrap(),
+                until: chrono::Utc.with_ymd_and_hms(2027, 1, 1, 9, 0, 0).unwrap(),
+                tasks_total: 12,
+                tasks_flagged: 1,
+                flagged: vec![FlaggedTask {
+                    task: "order_sync".into(),
+                    owner: "data_team".into(),
+                    flags: vec![HealthFlag::FailingInARow, HealthFlag::SlowRuns],
+                }],
+            }),
+        }
+    }
+
+    #[test]
+    fn the_health_reported_version_1_fixture_still_decodes() {
+        let bytes = include_bytes!("../tests/fixtures/health_reported_v1.cbor");
+        assert_eq!(Event::decode(bytes).unwrap(), health_sample());
     }
 
     #[test]

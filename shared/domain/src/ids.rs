@@ -95,6 +95,12 @@ prefixed_id!(
 prefixed_id!(
     /// Groups every event, log line and span of one instance.
     TraceId, "trc_", "trace");
+prefixed_id!(
+    /// One alert: a rule's condition from firing until it resolves.
+    AlertId, "alt_", "alert");
+prefixed_id!(
+    /// One task health report (seed 6).
+    ReportId, "rpt_", "report");
 
 /// A worker process. Workers may choose their own id (e.g. the host name), so only
 /// the character set is checked: `[A-Za-z0-9_.-]{1,128}`.

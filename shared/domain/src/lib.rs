@@ -9,10 +9,20 @@
 //! - [`protocol`]: the messages workers and schedulers exchange
 //! - [`subjects`]: every NATS subject and Redis key name, built in one place
 //! - [`retry`]: back-off arithmetic shared by retries and reconnect loops
+//! - [`log`]: the batches of task log lines workers publish on `ax.log.<task>.<instance>`
+//! - [`attempt`]: how an attempt ended (timeout, lease expiry …), read from a transition
+//! - [`alert`]: alert rules (P0/P1/P2) and notification channels
+//! - [`health`]: the task health report (seed 6)
+//! - [`period`]: `--since` / `?since=` arguments (RFC 3339, dates, ages)
 
+pub mod alert;
+pub mod attempt;
 pub mod cron_expr;
 pub mod event;
+pub mod health;
 pub mod ids;
+pub mod log;
+pub mod period;
 pub mod protocol;
 pub mod retry;
 pub mod state;

@@ -93,6 +93,18 @@ impl Names {
         format!("{}.log.{task}.{instance}", self.root)
     }
 
+    /// The (task, instance) of a log subject, if it is one.
+    pub fn task_and_instance_of_log<'a>(&self, subject: &'a str) -> Option<(&'a str, &'a str)> {
+        let rest = subject.strip_prefix(self.root.as_str())?.strip_prefix(".log.")?;
+        let (task, instance) = rest.split_once('.')?;
+        (!instance.contains('.')).then_some((task, instance))
+    }
+
+    /// A report event: `<ns>.event.report.<kind>` (`health`), on `AX_EVENTS`.
+    pub fn report_event(&self, kind: &str) -> String {
+        format!("{}.event.report.{kind}", self.root)
+    }
+
     // ---- internal RPC between workers and schedulers ----
 
     pub fn heartbeat(&self) -> String {
@@ -156,6 +168,9 @@ mod tests {
         assert_eq!(n.task_event("order_sync", TaskAction::Registered), "ax.event.task.order_sync.registered");
         assert_eq!(n.trigger("order_sync"), "ax.trigger.order_sync");
         assert_eq!(n.log("order_sync", "ins_1"), "ax.log.order_sync.ins_1");
+        assert_eq!(n.task_and_instance_of_log("ax.log.order_sync.ins_1"), Some(("order_sync", "ins_1")));
+        assert_eq!(n.task_and_instance_of_log("ax.log.order_sync"), None);
+        assert_eq!(n.report_event("health"), "ax.event.report.health");
         assert_eq!(n.stream("AX_EVENTS"), "AX_EVENTS");
         assert_eq!(n.task_of_trigger("ax.trigger.order_sync"), Some("order_sync"));
     }

@@ -243,6 +243,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     #[command(flatten)]
     pub log: LogConfig,
+    #[command(flatten)]
+    pub observe: crate::observe::ObserveConfig,
 }
 
 /// A setting that parsed but does not make sense, named by its variable.
@@ -288,6 +290,7 @@ impl Config {
             id.parse::<ax_domain::ids::WorkerId>()
                 .map_err(|err| ConfigError { variable: "AX_WORKER_ID", reason: err.to_string() })?;
         }
+        self.observe.validate()?;
         Ok(())
     }
 
@@ -316,6 +319,7 @@ impl Config {
         line("drain", self.worker.drain.to_string());
         line("log", self.log.log.clone());
         line("log_format", self.log.log_format.clone());
+        self.observe.dump(&mut line);
         out
     }
 }

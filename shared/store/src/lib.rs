@@ -13,12 +13,22 @@
 //! - [`instances`]: creation by trigger id, guarded transitions, queries
 //! - [`leader`]: leadership terms and the fence every leader write checks
 //! - [`outbox`]: what the relay publishes
+//! - [`logs`]: task log lines (the log sink writes, the api reads, retention deletes)
+//! - [`alerts`]: alert rules, channels, alerts with history, webhook deliveries
+//! - [`audit`]: the audit trail across instances (audit API, `ax audit verify`)
+//! - [`health`]: the task health report's numbers
+//! - [`monitoring`]: the monitor's gauges and rule inputs
 //! - `queries/`: the SQL, one file per statement
 
 pub mod chains;
+pub mod alerts;
+pub mod audit;
 pub mod error;
+pub mod health;
 pub mod instances;
 pub mod leader;
+pub mod logs;
+pub mod monitoring;
 pub mod outbox;
 pub mod schedules;
 pub mod tasks;

@@ -15,5 +15,6 @@ pub async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    ax_runtime::process::refresh();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
 }

@@ -7,12 +7,12 @@ use anyhow::Context as _;
 use ax_runtime::Config;
 use serde_json::{json, Value};
 
-fn url(config: &Config, path: &str) -> String {
+pub(crate) fn url(config: &Config, path: &str) -> String {
     format!("{}{path}", config.http.api_url.trim_end_matches('/'))
 }
 
 /// Prints the api's answer; a 4xx/5xx prints the error and fails.
-async fn finish(response: reqwest::Response) -> anyhow::Result<(ExitCode, Value)> {
+pub(crate) async fn finish(response: reqwest::Response) -> anyhow::Result<(ExitCode, Value)> {
     let status = response.status();
     let body: Value = response.json().await.context("reading the api's answer")?;
     if status.is_success() {
@@ -25,7 +25,7 @@ async fn finish(response: reqwest::Response) -> anyhow::Result<(ExitCode, Value)
     }
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::new()
 }
 

@@ -1,12 +1,16 @@
 //! One function per subcommand.
 
+mod alert;
+mod audit;
 mod client;
 mod events;
+mod logs;
+mod report;
 mod serve;
 
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, CronCommand, EventsCommand, NatsCommand, TaskCommand};
+use crate::cli::{AuditCommand, Cli, Command, CronCommand, EventsCommand, NatsCommand, ReportCommand, TaskCommand};
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = cli.config;
@@ -21,6 +25,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Task { command: TaskCommand::Disable { task } } => client::task_action(&config, &task, "disable").await,
         Command::Task { command: TaskCommand::Delete { task } } => client::task_delete(&config, &task).await,
         Command::Task { command: TaskCommand::Backfill { task, from, to } } => client::backfill(&config, &task, &from, &to).await,
+        Command::Monitor => serve::monitor(config).await,
+        Command::LogSink => serve::log_sink(config).await,
         Command::Migrate => serve::migrate(config).await,
         Command::Nats { command: NatsCommand::Apply } => serve::nats_apply(config).await,
         Command::Task { command: TaskCommand::Apply { file } } => client::task_apply(&config, &file).await,
@@ -33,5 +39,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rerun { id } => client::instance_action(&config, &id, "rerun").await,
         Command::Workers => client::workers(&config).await,
         Command::Events { command: EventsCommand::Tail { task } } => events::tail(&config, task.as_deref()).await,
+        Command::Logs { id, follow, attempt, level, format } => logs::logs(&config, &id, follow, attempt, level.as_deref(), format).await,
+        Command::Trace { trace_id } => logs::trace(&config, &trace_id).await,
+        Command::Audit { command: AuditCommand::Replay { task, instance, since, until, format } } => {
+            audit::replay(&config, task, instance, since.as_deref(), until.as_deref(), format).await
+        }
+        Command::Audit { command: AuditCommand::Verify { since, until, format } } => {
+            audit::verify(&config, since.as_deref(), until.as_deref(), format).await
+        }
+        Command::Report { command: ReportCommand::Health { since, until, format } } => {
+            report::health(&config, since.as_deref(), until.as_deref(), format).await
+        }
+        Command::Alert { command } => alert::run(&config, command).await,
     }
 }

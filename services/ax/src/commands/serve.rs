@@ -10,13 +10,13 @@ use ax_runtime::Config;
 use ax_store::Store;
 use tokio_util::sync::CancellationToken;
 
-async fn store(config: &Config) -> anyhow::Result<Store> {
+pub(crate) async fn store(config: &Config) -> anyhow::Result<Store> {
     Store::connect(config.mysql.mysql_url.expose(), config.mysql.mysql_max_connections, config.nats.names())
         .await
         .with_context(|| format!("connecting to MySQL at {} (is it running? scripts/services starts it)", config.mysql.mysql_url))
 }
 
-async fn bus(config: &Config, name: &str) -> anyhow::Result<Bus> {
+pub(crate) async fn bus(config: &Config, name: &str) -> anyhow::Result<Bus> {
     Bus::connect(config.nats.nats_url.expose(), config.nats.names(), name)
         .await
         .with_context(|| format!("connecting to NATS at {} (is it running with JetStream? scripts/services starts it)", config.nats.nats_url))
@@ -63,7 +63,43 @@ pub async fn scheduler(config: Config) -> anyhow::Result<ExitCode> {
     .await
     .with_context(|| format!("connecting to MySQL at {} (is it running? scripts/services starts it)", config.mysql.mysql_url))?;
     let deps = ax_scheduler::Deps { store, bus: bus(&config, "ax scheduler").await?, queues: queues(&config).await? };
-    ax_scheduler::run(config, deps, shutdown_on_signals()).await?;
+    let shutdown = shutdown_on_signals();
+    serve_metrics(config.observe.monitor.metrics_addr, &shutdown);
+    ax_scheduler::run(config, deps, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `/metrics` and `/healthz` on AX_METRICS_ADDR, when it is set.
+fn serve_metrics(addr: Option<std::net::SocketAddr>, shutdown: &CancellationToken) {
+    let Some(addr) = addr else { return };
+    let token = shutdown.child_token();
+    let root = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(err) = ax_runtime::metrics_server::serve(addr, token).await {
+            tracing::error!(error = ?err, "metrics listener failed; shutting down");
+            root.cancel();
+        }
+    });
+}
+
+/// Where `ax monitor` serves its metrics when AX_METRICS_ADDR is not set: the
+/// monitor's metrics are its point.
+const MONITOR_METRICS_ADDR: &str = "127.0.0.1:9464";
+
+pub async fn monitor(config: Config) -> anyhow::Result<ExitCode> {
+    let deps = ax_monitor::Deps { store: store(&config).await?, bus: bus(&config, "ax monitor").await?, queues: queues(&config).await? };
+    let shutdown = shutdown_on_signals();
+    let addr = config.observe.monitor.metrics_addr.unwrap_or_else(|| MONITOR_METRICS_ADDR.parse().expect("a valid address"));
+    serve_metrics(Some(addr), &shutdown);
+    ax_monitor::run(config, deps, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn log_sink(config: Config) -> anyhow::Result<ExitCode> {
+    let deps = ax_log_sink::Deps { store: store(&config).await?, bus: bus(&config, "ax log-sink").await? };
+    let shutdown = shutdown_on_signals();
+    serve_metrics(config.observe.monitor.metrics_addr, &shutdown);
+    ax_log_sink::run(config, deps, shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -93,8 +129,10 @@ fn builtin_worker(config: Config) -> ax_worker::Worker {
 }
 
 pub async fn worker(config: Config) -> anyhow::Result<ExitCode> {
+    let shutdown = shutdown_on_signals();
+    serve_metrics(config.observe.monitor.metrics_addr, &shutdown);
     let worker = builtin_worker(config);
-    worker.run(shutdown_on_signals()).await?;
+    worker.run(shutdown).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -125,9 +163,13 @@ pub async fn dev(config: Config) -> anyhow::Result<ExitCode> {
     let demo = store.register_task(&definition, "ax dev").await.context("registering the demo task")?;
 
     let mut services = tokio::task::JoinSet::new();
-    let deps = ax_scheduler::Deps { store: store.clone(), bus: bus.clone(), queues };
+    let deps = ax_scheduler::Deps { store: store.clone(), bus: bus.clone(), queues: queues.clone() };
     services.spawn(ax_scheduler::run(config.clone(), deps, shutdown.child_token()));
     services.spawn(ax_chain::run(store.clone(), bus.clone(), shutdown.child_token()));
+    let deps = ax_monitor::Deps { store: store.clone(), bus: bus.clone(), queues: queues.clone() };
+    services.spawn(ax_monitor::run(config.clone(), deps, shutdown.child_token()));
+    let deps = ax_log_sink::Deps { store: store.clone(), bus: bus.clone() };
+    services.spawn(ax_log_sink::run(config.clone(), deps, shutdown.child_token()));
     let workers = ax_api::workers::Directory::start(&bus, shutdown.clone()).await.context("listening to worker heartbeats")?;
     let state = ax_api::AppState { store, bus: bus.clone(), metrics: ax_runtime::telemetry::prometheus(), workers, lease: config.scheduler.lease.0 };
     services.spawn(ax_api::run(config.http.http_addr, state, shutdown.child_token()));
@@ -141,6 +183,10 @@ pub async fn dev(config: Config) -> anyhow::Result<ExitCode> {
          \n  curl -s -X POST {api}/api/v1/tasks/demo_hello/trigger -d '{{\"params\": {{\"order\": 42}}}}'\
          \n  ax trigger demo_hello --params '{{\"order\": 42}}'\
          \n  ax events tail                      # every transition, live, as JSON lines\
+         \n  ax logs -f <instance id>            # its log, live (stdout and stderr of the shell task)\
+         \n  ax alert list                       # alerts; ax alert channel apply -f hook.json to be told\
+         \n  ax audit verify                     # the event stream against MySQL's audit trail\
+         \n  ax report health                    # tasks failing in a row, not firing, slow\
          \n  ax instance <instance id>           # state, worker and audit trail\
          \n  curl -s {api}/api/v1/tasks | jq\
          \n  curl -s {api}/api/v1/schema/task    # the JSON Schema of a definition\

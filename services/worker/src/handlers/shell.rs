@@ -4,15 +4,18 @@
 //! `AX_PARAMS` (the trigger's params as JSON). On timeout or cancellation it gets
 //! SIGTERM, then SIGKILL if it has not stopped four seconds later. Exit 0 is success; any other exit
 //! fails the attempt with the code and the end of stderr as the reason. Exit codes
-//! listed in `execution.config.abort_exit_codes` fail without retry.
+//! listed in `execution.config.abort_exit_codes` fail without retry. Every line the
+//! command writes to stdout or stderr becomes a task log line (`ax logs <instance>`).
 
 use std::process::Stdio;
 use std::sync::Arc;
 
-use tokio::io::AsyncReadExt;
+use ax_domain::log::{LogLevel, LogStream, MAX_MESSAGE_BYTES};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::context::{handler_fn, Handler, TaskContext, TaskError};
+use crate::logger::TaskLogger;
 
 /// How much of stderr a failure reason keeps.
 const STDERR_TAIL: usize = 1024;
@@ -45,17 +48,15 @@ async fn run(ctx: TaskContext) -> Result<Option<serde_json::Value>, TaskError> {
         .env("AX_TRACE_ID", ctx.trace_id.as_str())
         .env("AX_PARAMS", ctx.params.to_string())
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(|err| TaskError::retry(format!("cannot start sh: {err}")))?;
-    let mut stderr = child.stderr.take().expect("stderr is piped");
-    let collect_stderr = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        let _ = stderr.read_to_end(&mut buf).await;
-        buf
-    });
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let forward_stdout = tokio::spawn(forward_lines(stdout, ctx.log.clone(), LogStream::Stdout, LogLevel::Info, 0));
+    let collect_stderr = tokio::spawn(forward_lines(stderr, ctx.log.clone(), LogStream::Stderr, LogLevel::Warn, STDERR_TAIL));
     let status = tokio::select! {
         status = child.wait() => status.map_err(|err| TaskError::retry(format!("waiting for sh failed: {err}")))?,
         _ = ctx.cancellation.cancelled() => {
@@ -72,6 +73,7 @@ async fn run(ctx: TaskContext) -> Result<Option<serde_json::Value>, TaskError> {
             }
         }
     };
+    let _ = forward_stdout.await;
     let stderr = collect_stderr.await.unwrap_or_default();
     if status.success() {
         return Ok(None);
@@ -90,4 +92,32 @@ async fn run(ctx: TaskContext) -> Result<Option<serde_json::Value>, TaskError> {
         Some(code) if abort_codes.contains(&i64::from(code)) => Err(TaskError::Abort { reason }),
         _ => Err(TaskError::Retry { reason }),
     }
+}
+
+/// Sends each line of `pipe` to the task log and returns the last `keep` bytes
+/// (the end of stderr makes a failure's reason). A line longer than a log message
+/// is cut into several.
+async fn forward_lines(pipe: impl AsyncRead + Unpin, log: TaskLogger, stream: LogStream, level: LogLevel, keep: usize) -> Vec<u8> {
+    let mut reader = BufReader::new(pipe);
+    let mut tail: Vec<u8> = Vec::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_MESSAGE_BYTES as u64).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if keep > 0 {
+            tail.extend_from_slice(&line);
+            if tail.len() > keep * 2 {
+                tail.drain(..tail.len() - keep);
+            }
+        }
+        let text = String::from_utf8_lossy(&line);
+        log.emit(level, stream, text.trim_end_matches(['\n', '\r']).to_owned());
+    }
+    if tail.len() > keep {
+        tail.drain(..tail.len() - keep);
+    }
+    tail
 }

@@ -1,0 +1,157 @@
+//! How much `ctx.log` slows a handler that logs in a tight loop.
+//!
+//! A "handler" does `LINES` units of work, each followed by one log line, three
+//! ways: without logging, with a disabled logger (formatting and the call, no
+//! shipping), and with the real shipper publishing to NATS JetStream (`AX_LOGS` in
+//! a namespace of its own). Each is run `ROUNDS` times per work size; the median
+//! wall time is reported with the overhead against no logging, and the shipper's
+//! counts (lines published, dropped) show nothing was lost on the way.
+//!
+//! ```sh
+//! cargo run --release -p ax-bench --bin logging-overhead   # NATS at AX_BENCH_NATS_URL or 127.0.0.1:4222
+//! ```
+//! Results are printed and written to `bench/results/logging_overhead.json`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use ax_bus::Bus;
+use ax_domain::ids::{InstanceId, TraceId, WorkerId};
+use ax_domain::subjects::Names;
+use ax_worker::{LogShipper, TaskLogger};
+
+const LINES: usize = 100_000;
+const ROUNDS: usize = 7;
+/// Units of work between two log lines; one unit hashes 64 bytes (about 50 ns).
+const WORK_SIZES: [u32; 4] = [10, 40, 100, 400];
+
+/// A stand-in for a handler's per-record work: FNV-1a over a small buffer, `units` times.
+fn work(units: u32, seed: u64) -> u64 {
+    let mut buffer = [0u8; 64];
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64 ^ seed;
+    for _ in 0..units {
+        for (i, b) in buffer.iter_mut().enumerate() {
+            *b = (hash >> (i % 8)) as u8;
+        }
+        for b in black_box(&buffer) {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+#[derive(Clone, Copy)]
+enum Variant {
+    NoLogging,
+    DisabledLogger,
+    Shipped,
+}
+
+fn handler(variant: Variant, logger: &TaskLogger, units: u32) -> Duration {
+    let started = Instant::now();
+    let mut checksum = 0u64;
+    for i in 0..LINES {
+        checksum = work(units, checksum ^ i as u64);
+        match variant {
+            Variant::NoLogging => {}
+            Variant::DisabledLogger | Variant::Shipped => logger.info(format!("processed record {i} checksum {checksum:016x}")),
+        }
+    }
+    black_box(checksum);
+    started.elapsed()
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let url = std::env::var("AX_BENCH_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let id = ulid::Ulid::new().to_string().to_ascii_lowercase();
+    let names = Names::new(&format!("axb_{}", &id[id.len() - 12..]));
+    let bus = Bus::connect(&url, names, "ax-bench").await?;
+    bus.apply_definitions().await?;
+    let shipper = LogShipper::start(bus.clone(), 65_536, Duration::from_millis(100));
+    let worker: WorkerId = "bench-worker".parse()?;
+    let trace = TraceId::generate();
+    let disabled = TaskLogger::disabled();
+
+    println!("{LINES} lines per run, median of {ROUNDS} runs, 2 runtime threads");
+    println!("{:>12} {:>12} {:>14} {:>14} {:>10} {:>12}", "work/line", "no logging", "disabled log", "shipped", "overhead", "ns per line");
+    let mut results = Vec::new();
+    for units in WORK_SIZES {
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+        for round in 0..ROUNDS {
+            // Alternate the order so warm-up and drift favour no variant.
+            let order = if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
+            for which in order {
+                let variant = [Variant::NoLogging, Variant::DisabledLogger, Variant::Shipped][which];
+                let logger = match variant {
+                    Variant::Shipped => shipper.logger("bench", &InstanceId::generate(), 1, &worker, &trace),
+                    _ => disabled.clone(),
+                };
+                // The handler runs as a task on a runtime thread, as in a worker; the
+                // shipper runs on the other one.
+                let elapsed = tokio::spawn(async move { handler(variant, &logger, units) }).await?;
+                times[which].push(elapsed);
+                // Let the shipper catch up between runs so runs do not overlap.
+                while shipper.stats().published.load(std::sync::atomic::Ordering::Relaxed) + shipper.stats().dropped.load(std::sync::atomic::Ordering::Relaxed)
+                    < shipper.stats().accepted.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+        let [none, disabled_t, shipped] = times.map(median);
+        let overhead = shipped.as_secs_f64() / none.as_secs_f64() - 1.0;
+        let per_line_ns = (shipped.as_secs_f64() - none.as_secs_f64()) * 1e9 / LINES as f64;
+        let work_ns = none.as_secs_f64() * 1e9 / LINES as f64;
+        println!(
+            "{:>10.0}ns {:>10.1}ms {:>12.1}ms {:>12.1}ms {:>9.1}% {:>12.0}",
+            work_ns,
+            none.as_secs_f64() * 1e3,
+            disabled_t.as_secs_f64() * 1e3,
+            shipped.as_secs_f64() * 1e3,
+            overhead * 100.0,
+            per_line_ns
+        );
+        results.push(serde_json::json!({
+            "work_units": units,
+            "work_ns_per_line": work_ns,
+            "no_logging_ms": none.as_secs_f64() * 1e3,
+            "disabled_logger_ms": disabled_t.as_secs_f64() * 1e3,
+            "shipped_ms": shipped.as_secs_f64() * 1e3,
+            "overhead_percent": overhead * 100.0,
+            "logging_ns_per_line": per_line_ns,
+        }));
+    }
+    shipper.close().await;
+    let stats = shipper.stats();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "shipper: {} lines accepted, {} published in {} batches, {} dropped",
+        load(&stats.accepted),
+        load(&stats.published),
+        load(&stats.batches),
+        load(&stats.dropped)
+    );
+    let out = serde_json::json!({
+        "lines_per_run": LINES,
+        "rounds": ROUNDS,
+        "results": results,
+        "accepted": load(&stats.accepted),
+        "published": load(&stats.published),
+        "batches": load(&stats.batches),
+        "dropped": load(&stats.dropped),
+    });
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/results/logging_overhead.json");
+    std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
+    println!("written to {path}");
+    for stream in bus.stream_configs()? {
+        let _ = bus.jetstream.delete_stream(&stream.name).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,3 @@
+UPDATE alerts
+SET acknowledged_at = ?, acknowledged_by = ?, ack_comment = ?
+WHERE id = ?

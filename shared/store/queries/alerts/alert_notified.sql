@@ -1,0 +1,1 @@
+UPDATE alerts SET notified_at = ?, silenced = 0 WHERE id = ?

@@ -1,0 +1,3 @@
+UPDATE alerts
+SET status = 'resolved', open_fingerprint = NULL, resolved_at = ?
+WHERE id = ?

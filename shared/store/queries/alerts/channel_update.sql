@@ -1,0 +1,1 @@
+UPDATE alert_channels SET definition = ?, updated_at = ? WHERE name = ?

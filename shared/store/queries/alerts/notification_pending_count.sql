@@ -1,0 +1,1 @@
+SELECT COUNT(*) FROM alert_notifications WHERE status = 'pending'

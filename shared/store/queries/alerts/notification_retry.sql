@@ -1,0 +1,3 @@
+UPDATE alert_notifications
+SET attempts = attempts + 1, last_error = ?, next_attempt_at = ?
+WHERE id = ?

@@ -1,0 +1,3 @@
+UPDATE alert_notifications
+SET status = 'sent', attempts = attempts + 1, sent_at = ?, last_error = NULL
+WHERE id = ?

@@ -1,0 +1,1 @@
+SELECT name, definition, created_at, updated_at FROM alert_rules WHERE name = ?

@@ -1,0 +1,1 @@
+INSERT INTO alert_rules (name, definition, created_at, updated_at) VALUES (?, ?, ?, ?)

@@ -1,0 +1,1 @@
+UPDATE alert_rules SET definition = ?, updated_at = ? WHERE name = ?

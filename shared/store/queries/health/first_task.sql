@@ -1,0 +1,1 @@
+SELECT MIN(created_at) FROM tasks

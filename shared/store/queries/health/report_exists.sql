@@ -1,0 +1,1 @@
+SELECT COUNT(*) FROM health_reports WHERE scheduled_for = ?

@@ -1,0 +1,1 @@
+SELECT report FROM health_reports WHERE id = ?

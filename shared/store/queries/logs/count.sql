@@ -1,0 +1,1 @@
+SELECT COUNT(*) FROM instance_logs WHERE instance_id = ?

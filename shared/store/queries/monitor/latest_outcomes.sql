@@ -1,0 +1,7 @@
+-- One task's latest finished successes and failures, newest first
+-- (index ix_instances_task_finished): consecutive failures.
+SELECT id, state, reason, trace_id, finished_at
+FROM instances
+WHERE task_name = ? AND finished_at IS NOT NULL AND state IN ('SUCCEEDED', 'FAILED')
+ORDER BY finished_at DESC, id DESC
+LIMIT ?

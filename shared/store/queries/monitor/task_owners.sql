@@ -1,0 +1,1 @@
+SELECT name, owner FROM tasks WHERE deleted_at IS NULL

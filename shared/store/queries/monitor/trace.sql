@@ -1,0 +1,1 @@
+SELECT id FROM instances WHERE trace_id = ?
