@@ -45,6 +45,12 @@ impl Registry {
         !was_alive
     }
 
+    /// A worker handed work back: it is leaving, whatever its last heartbeat said
+    /// (its goodbye may still be on the way), so nothing more goes to it.
+    pub fn mark_leaving(&self, worker: &str) {
+        self.workers.lock().expect("registry lock").remove(worker);
+    }
+
     fn alive(&self, entry: &WorkerEntry, now: Timestamp) -> bool {
         let lease = chrono::TimeDelta::from_std(self.lease).unwrap_or(chrono::TimeDelta::MAX);
         entry.last_seen + lease > now && !entry.heartbeat.leaving

@@ -121,6 +121,9 @@ async fn commit(shared: &Shared, batch: &[Pending]) -> Vec<ReportReply> {
                 Ok(applied) => {
                     ::metrics::counter!(metrics::REPORTS, "outcome" => label).increment(1);
                     slot_freed |= !matches!(pending.report.outcome, Outcome::Running);
+                    if matches!(pending.report.outcome, Outcome::HandedBack) {
+                        shared.registry.mark_leaving(pending.report.worker_id.as_str());
+                    }
                     if applied.instance.state.kind().is_final() {
                         freed_tasks.push((applied.instance.task_id.clone(), applied.instance.task_version));
                     }

@@ -228,6 +228,12 @@ impl Worker {
             }
             in_flight.wait().await;
         }
+        // Anything dispatched here while the goodbye was on its way goes back too.
+        if let Ok(late) = inbox.drain().await {
+            for assignment in late {
+                report(&shared, &assignment, Outcome::HandedBack).await;
+            }
+        }
         background_stop.cancel();
         let _ = heartbeats.await;
         let _ = cancellations.await;
