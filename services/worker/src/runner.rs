@@ -503,23 +503,30 @@ async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: Cance
         _ = tokio::time::sleep(timeout) => None,
         _ = cancel.cancelled() => None,
     };
+    // Cancelled from outside (shutdown, a lost lease, an operator) rather than by
+    // our own timeout: a handler that failed because of it is handed back, not
+    // counted as a failed attempt.
+    let stopped_from_outside = cancel.is_cancelled();
     Some(match finished {
         Some(Ok(result)) => Outcome::Succeeded { result },
+        Some(Err(_)) if stopped_from_outside => {
+            tracing::info!(instance_id = %instance_id, attempt, "attempt stopped");
+            Outcome::HandedBack
+        }
         Some(Err(TaskError::Retry { reason })) => Outcome::Failed { reason, retryable: true },
         Some(Err(TaskError::Abort { reason })) => Outcome::Failed { reason, retryable: false },
         None => {
             // Timed out or told to stop: the handler sees the token and has a grace
             // period to end (shell: SIGTERM, then SIGKILL), then it is dropped.
-            let timed_out = !cancel.is_cancelled();
             cancel.cancel();
             let _ = tokio::time::timeout(STOP_GRACE, &mut run).await;
-            if timed_out {
-                Outcome::Failed { reason: format!("timed out after {}s", assignment.timeout_sec), retryable: true }
-            } else {
+            if stopped_from_outside {
                 // Cancelled by an operator (the hand-back is refused: fine), or by
                 // shutdown or a lost lease (handed back at once).
                 tracing::info!(instance_id = %instance_id, attempt, "attempt stopped");
                 Outcome::HandedBack
+            } else {
+                Outcome::Failed { reason: format!("timed out after {}s", assignment.timeout_sec), retryable: true }
             }
         }
     })
