@@ -5,12 +5,20 @@
 //! Logging must never slow a handler down, so a log call only stamps the line
 //! (sequence number and a strictly growing timestamp, under a short lock) and
 //! hands it to a bounded channel with `try_send`. One shipper task per worker
-//! empties the channel in batches: it waits up to `AX_WORKER_LOG_FLUSH` for a
-//! batch to fill, groups lines by attempt, and publishes each group to JetStream,
-//! one batch at a time so a worker's lines reach the stream in order. When NATS is
-//! slow or away the shipper retries and the channel fills; then new lines are
-//! dropped and counted instead of blocking, and the next line that gets through is
-//! preceded by a warning that says how many were lost.
+//! empties the channel in batches: after the first line it lingers up to
+//! `AX_WORKER_LOG_FLUSH` *without* listening to the channel (so a handler logging
+//! in a tight loop never pays for waking it line by line), unless the channel
+//! passes half full; then it drains what is there, groups lines by attempt, and
+//! publishes each group to JetStream, one batch at a time so a worker's lines
+//! reach the stream in order. When NATS is slow or away the shipper retries and
+//! the channel fills; then new lines are dropped and counted instead of blocking,
+//! and the next line that gets through is preceded by a warning that says how
+//! many were lost.
+//!
+//! The shipper runs on a thread of its own (with a single-threaded runtime): a
+//! handler that logs in a tight loop without yielding would otherwise keep the
+//! shipper, woken onto the handler's own worker thread, from ever running, and
+//! the buffer would only fill.
 //!
 //! ```text
 //! handler ──try_send──▶ [bounded channel] ──recv_many──▶ shipper ──publish+ack──▶ AX_LOGS
@@ -25,7 +33,7 @@ use ax_bus::Bus;
 use ax_domain::ids::{InstanceId, TraceId, WorkerId};
 use ax_domain::log::{clip_message, LogBatch, LogLevel, LogLine, LogStream, LOG_SCHEMA_VERSION, MAX_BATCH_LINES};
 use ax_domain::retry::ExponentialBackoff;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics;
@@ -33,7 +41,7 @@ use crate::metrics;
 /// A published batch stays well below NATS's default 1 MiB message limit.
 const MAX_BATCH_BYTES: usize = 512 * 1024;
 /// Lines taken from the channel per publishing round.
-const MAX_ROUND_LINES: usize = 8192;
+const MAX_ROUND_LINES: usize = 16_384;
 /// How long a closing shipper keeps trying to publish what it still holds.
 const CLOSE_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -70,8 +78,12 @@ pub struct ShipperStats {
 #[derive(Clone)]
 pub struct LogShipper {
     tx: mpsc::Sender<Entry>,
+    /// Rung by a logger when the channel passes half full: the shipper stops lingering.
+    pressure: Arc<Notify>,
+    capacity: usize,
     closing: CancellationToken,
-    done: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    /// Resolves when the shipper thread has published what it could and stopped.
+    done: Arc<tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>>,
     stats: Arc<ShipperStats>,
 }
 
@@ -79,11 +91,24 @@ impl LogShipper {
     /// Starts the shipper task on `bus`, holding up to `buffer` lines and lingering
     /// up to `flush` for a batch to fill.
     pub fn start(bus: Bus, buffer: usize, flush: Duration) -> Self {
-        let (tx, rx) = mpsc::channel(buffer.max(1));
+        let capacity = buffer.max(2);
+        let (tx, rx) = mpsc::channel(capacity);
         let closing = CancellationToken::new();
         let stats = Arc::new(ShipperStats::default());
-        let handle = tokio::spawn(ship(rx, bus, flush, closing.clone(), stats.clone()));
-        Self { tx, closing, done: Arc::new(tokio::sync::Mutex::new(Some(handle))), stats }
+        let pressure = Arc::new(Notify::new());
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let shipping = ship(rx, bus, flush, pressure.clone(), closing.clone(), stats.clone());
+        let thread = std::thread::Builder::new().name("ax-log-shipper".into()).spawn(move || {
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(shipping),
+                Err(err) => tracing::error!(error = %err, "cannot start the log shipper's runtime; task logs are dropped"),
+            }
+            let _ = done_tx.send(());
+        });
+        if let Err(err) = thread {
+            tracing::error!(error = %err, "cannot start the log shipper thread; task logs are dropped");
+        }
+        Self { tx, pressure, capacity, closing, done: Arc::new(tokio::sync::Mutex::new(Some(done_rx))), stats }
     }
 
     /// A logger for one attempt of one instance on this worker.
@@ -99,6 +124,8 @@ impl LogShipper {
             inner: Some(Arc::new(AttemptLog {
                 key: Arc::new(key),
                 tx: self.tx.clone(),
+                pressure: self.pressure.clone(),
+                half: self.capacity / 2,
                 clock: Mutex::new(Clock { seq: 0, last_micros: 0 }),
                 unreported_drops: AtomicU64::new(0),
                 stats: self.stats.clone(),
@@ -114,8 +141,8 @@ impl LogShipper {
     /// afterwards are dropped and counted.
     pub async fn close(&self) {
         self.closing.cancel();
-        if let Some(handle) = self.done.lock().await.take() {
-            let _ = handle.await;
+        if let Some(done) = self.done.lock().await.take() {
+            let _ = done.await;
         }
     }
 }
@@ -129,6 +156,9 @@ struct Clock {
 struct AttemptLog {
     key: Arc<AttemptKey>,
     tx: mpsc::Sender<Entry>,
+    pressure: Arc<Notify>,
+    /// Free slots below which the shipper is rung.
+    half: usize,
     clock: Mutex<Clock>,
     /// Lines dropped since the last drop notice got through.
     unreported_drops: AtomicU64,
@@ -215,7 +245,8 @@ impl TaskLogger {
         // tasks of one handler log at once; it is held for a few dozen nanoseconds.
         let mut clock = inner.clock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let drops = inner.unreported_drops.load(Ordering::Relaxed);
-        if drops > 0 {
+        // The notice needs a slot and the line another; no formatting while full.
+        if drops > 0 && inner.tx.capacity() >= 2 {
             let notice = format!("{drops} log lines dropped: the worker's log buffer was full");
             if inner.send(&mut clock, LogLevel::Warn, LogStream::Worker, notice) {
                 inner.unreported_drops.fetch_sub(drops, Ordering::Relaxed);
@@ -223,6 +254,7 @@ impl TaskLogger {
         }
         if !inner.send(&mut clock, level, stream, message) {
             inner.unreported_drops.fetch_add(1, Ordering::Relaxed);
+            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -239,20 +271,28 @@ impl AttemptLog {
         match self.tx.try_send(entry) {
             Ok(()) => {
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                if self.tx.capacity() < self.half {
+                    self.pressure.notify_one();
+                }
                 true
             }
-            Err(_) => {
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                ::metrics::counter!(metrics::LOG_LINES_DROPPED).increment(1);
-                false
-            }
+            // Counted by the caller: a drop notice that does not fit is not a lost line.
+            Err(_) => false,
         }
     }
 }
 
 /// The shipper task: batches, groups by attempt, publishes in order.
-async fn ship(mut rx: mpsc::Receiver<Entry>, bus: Bus, flush: Duration, closing: CancellationToken, stats: Arc<ShipperStats>) {
+async fn ship(
+    mut rx: mpsc::Receiver<Entry>,
+    bus: Bus,
+    flush: Duration,
+    pressure: Arc<Notify>,
+    closing: CancellationToken,
+    stats: Arc<ShipperStats>,
+) {
     let mut buffer: Vec<Entry> = Vec::with_capacity(MAX_ROUND_LINES);
+    let mut reported_drops = 0;
     loop {
         let open = tokio::select! {
             biased;
@@ -262,18 +302,27 @@ async fn ship(mut rx: mpsc::Receiver<Entry>, bus: Bus, flush: Duration, closing:
         if !open {
             break;
         }
-        // Linger for more, so a trickle of lines shares batches.
-        let deadline = tokio::time::Instant::now() + flush;
-        while buffer.len() < MAX_ROUND_LINES {
-            let room = MAX_ROUND_LINES - buffer.len();
+        // Linger so a trickle of lines shares batches, without polling the channel:
+        // a waiting receiver would be woken by every single line.
+        if buffer.len() < MAX_ROUND_LINES {
             tokio::select! {
                 biased;
-                _ = closing.cancelled() => break,
-                _ = tokio::time::sleep_until(deadline) => break,
-                n = rx.recv_many(&mut buffer, room) => if n == 0 { break },
+                _ = closing.cancelled() => {}
+                _ = pressure.notified() => {}
+                _ = tokio::time::sleep(flush) => {}
+            }
+        }
+        while buffer.len() < MAX_ROUND_LINES {
+            match rx.try_recv() {
+                Ok(entry) => buffer.push(entry),
+                Err(_) => break,
             }
         }
         publish_round(&bus, &mut buffer, &closing, None, &stats).await;
+        // Loggers count drops with an atomic; the metric moves here, off their path.
+        let dropped = stats.dropped.load(Ordering::Relaxed);
+        ::metrics::counter!(metrics::LOG_LINES_DROPPED).increment(dropped - reported_drops);
+        reported_drops = dropped;
     }
     // Closing: whatever is still in the channel goes out, within the deadline.
     let give_up = tokio::time::Instant::now() + CLOSE_DEADLINE;
@@ -282,6 +331,7 @@ async fn ship(mut rx: mpsc::Receiver<Entry>, bus: Bus, flush: Duration, closing:
         buffer.push(entry);
     }
     publish_round(&bus, &mut buffer, &closing, Some(give_up), &stats).await;
+    ::metrics::counter!(metrics::LOG_LINES_DROPPED).increment(stats.dropped.load(Ordering::Relaxed) - reported_drops);
 }
 
 /// Publishes and empties `buffer`: one batch per attempt and size limit, each
@@ -311,7 +361,6 @@ async fn publish_round(bus: &Bus, buffer: &mut Vec<Entry>, closing: &Cancellatio
                     if past_deadline {
                         tracing::warn!(instance_id = %batch.instance_id, lines, error = %err, "log lines not published before shutdown; dropped");
                         stats.dropped.fetch_add(lines, Ordering::Relaxed);
-                        ::metrics::counter!(metrics::LOG_LINES_DROPPED).increment(lines);
                         break;
                     }
                     tracing::debug!(instance_id = %batch.instance_id, error = %err, retry_in = ?delay, "publishing log lines failed; retrying");
@@ -441,6 +490,8 @@ mod tests {
             inner: Some(Arc::new(AttemptLog {
                 key: key(&InstanceId::generate()),
                 tx,
+                pressure: Arc::new(Notify::new()),
+                half: 1,
                 clock: Mutex::new(Clock { seq: 0, last_micros: 0 }),
                 unreported_drops: AtomicU64::new(0),
                 stats: Arc::default(),

@@ -37,6 +37,15 @@ pub struct Outcome {
     pub finished_at: Timestamp,
 }
 
+#[derive(sqlx::FromRow)]
+struct RatesRow {
+    task_name: String,
+    attempts: Option<i64>,
+    timeouts: Option<i64>,
+    succeeded: Option<i64>,
+    failed: Option<i64>,
+}
+
 fn corrupt(reason: String) -> StoreError {
     StoreError::Corrupt { what: "instances", reason }
 }
@@ -92,14 +101,12 @@ impl Store {
 
     /// Per task since `since`: attempts ended, timeouts, successes and failures.
     pub async fn attempt_rates(&self, since: Timestamp) -> Result<HashMap<String, AttemptRates>, StoreError> {
-        let rows: Vec<(String, Option<i64>, Option<i64>, Option<i64>, Option<i64>)> =
+        let rows: Vec<RatesRow> =
             sqlx::query_as(include_str!("../queries/monitor/attempt_rates.sql")).bind(since).fetch_all(&self.pool).await.at("read attempt rates")?;
         let n = |v: Option<i64>| v.unwrap_or(0).max(0) as u64;
         Ok(rows
             .into_iter()
-            .map(|(task, attempts, timeouts, succeeded, failed)| {
-                (task, AttemptRates { attempts: n(attempts), timeouts: n(timeouts), succeeded: n(succeeded), failed: n(failed) })
-            })
+            .map(|r| (r.task_name, AttemptRates { attempts: n(r.attempts), timeouts: n(r.timeouts), succeeded: n(r.succeeded), failed: n(r.failed) }))
             .collect())
     }
 
