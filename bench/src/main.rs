@@ -93,7 +93,7 @@ enum Command {
     /// A worker process with the `noop` and `sleep` handlers (the recovery scenario starts these).
     Worker {
         #[command(flatten)]
-        config: ax_runtime::Config,
+        config: Box<ax_runtime::Config>,
     },
 }
 
@@ -116,7 +116,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let (selection, args) = match cli.command {
         Command::Worker { config } => {
-            return match worker::run(config).await {
+            return match worker::run(*config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
                     eprintln!("error: {err:#}");
@@ -171,8 +171,7 @@ async fn run(selection: &[Scenario], args: &RunArgs) -> anyhow::Result<ExitCode>
     let cron_tasks = args.cron_tasks.unwrap_or(if args.quick { 10_000 } else { 100_000 });
     let cron_minutes = args.cron_minutes.unwrap_or(if args.quick { 1 } else { 3 });
 
-    let mut report = Report::default();
-    report.meta = machine_facts(&servers).await;
+    let mut report = Report { meta: machine_facts(&servers).await, ..Report::default() };
     report.meta.insert("started_at".into(), json!(started_at));
     report.meta.insert("command".into(), json!(std::env::args().collect::<Vec<_>>().join(" ")));
     report.meta.insert("quick".into(), json!(args.quick));
@@ -293,12 +292,12 @@ async fn machine_facts(servers: &Servers) -> BTreeMap<String, serde_json::Value>
     if let Ok(client) = async_nats::connect(&servers.nats).await {
         meta.insert("nats_version".into(), json!(client.server_info().version));
     }
-    if let Ok(client) = redis::Client::open(servers.redis.as_str()) {
-        if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-            let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await.unwrap_or_default();
-            let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(str::to_owned);
-            meta.insert("redis_version".into(), json!(version));
-        }
+    if let Ok(client) = redis::Client::open(servers.redis.as_str())
+        && let Ok(mut conn) = client.get_multiplexed_async_connection().await
+    {
+        let info: String = redis::cmd("INFO").arg("server").query_async(&mut conn).await.unwrap_or_default();
+        let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(str::to_owned);
+        meta.insert("redis_version".into(), json!(version));
     }
     meta
 }

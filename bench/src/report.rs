@@ -57,7 +57,7 @@ fn group_thousands(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -246,7 +246,7 @@ mod tests {
     #[test]
     fn units_print_with_separators_and_precision() {
         assert_eq!(Unit::PerSec.format(12345.4), "12,345 /s");
-        assert_eq!(Unit::Ms.format(3.14159), "3.1 ms");
+        assert_eq!(Unit::Ms.format(3.04), "3.0 ms");
         assert_eq!(Unit::Ms.format(1234.0), "1,234 ms");
         assert_eq!(Unit::Count.format(-1000.0), "-1,000");
         assert_eq!(Unit::Count.format(999.0), "999");

@@ -1,6 +1,6 @@
-//! 6. The ceilings of this machine, measured in the same run: what MySQL allows for
-//! guarded transitions and what JetStream allows for publishes, with nothing of AX
-//! but its store code in between (in-process, no `ax` process).
+//! Scenario 6, the ceilings of this machine, measured in the same run: what MySQL
+//! allows for guarded transitions and what JetStream allows for publishes, with
+//! nothing of AX but its store code in between (in-process, no `ax` process).
 //!
 //! - Single commits: 32 tasks on 32 connections each move their own instances
 //!   CREATED → DISPATCHED → RUNNING → SUCCEEDED with `Store::transition` and one

@@ -1,7 +1,7 @@
-//! 4. Cron at scale: `tasks` cron tasks firing every minute, spread evenly across
-//! the 60 seconds of the minute (task i fires at second i mod 60), watched for
-//! `minutes` minutes with one `ax scheduler` process and no worker, so instances
-//! accumulate as CREATED.
+//! Scenario 4, cron at scale: `tasks` cron tasks firing every minute, spread evenly
+//! across the 60 seconds of the minute (task i fires at second i mod 60), watched
+//! for `minutes` minutes with one `ax scheduler` process and no worker, so
+//! instances accumulate as CREATED.
 //!
 //! The tasks are registered through the store (the same code as the api), and the
 //! registration events are relayed before the scheduler starts: the window
@@ -79,7 +79,7 @@ async fn measure(ctx: &Ctx, env: &BenchEnv, tasks: usize, minutes: u32, report: 
                         Err(err) => return Err(err.into()),
                     }
                 }
-                if (i + 1) % 10_000 == 0 {
+                if (i + 1).is_multiple_of(10_000) {
                     eprintln!("ax-bench: cron: {} of {tasks} tasks registered", i + 1);
                 }
             }

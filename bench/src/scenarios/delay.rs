@@ -1,6 +1,6 @@
-//! 3. Delay precision: 200 instances due 5 s after their trigger (`delay_sec: 5`),
-//! triggers spaced 20 ms apart; how late each one started (RUNNING committed,
-//! `started_at − due_at`, both stamped by AX in MySQL).
+//! Scenario 3, delay precision: 200 instances due 5 s after their trigger
+//! (`delay_sec: 5`), triggers spaced 20 ms apart; how late each one started
+//! (RUNNING committed, `started_at − due_at`, both stamped by AX in MySQL).
 
 use std::time::Duration;
 

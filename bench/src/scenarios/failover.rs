@@ -1,4 +1,4 @@
-//! 5b. Leader failover: two `ax scheduler` processes, a task that fires every
+//! Scenario 5b, leader failover: two `ax scheduler` processes, a task that fires every
 //! second; the leader (read from `scheduler_leader.holder`, `host:pid`) is
 //! `kill -9`ed and the time to the first fire committed by the new leader is taken
 //! from MySQL (`created_at` of the first instance after the kill: the dead leader

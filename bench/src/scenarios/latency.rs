@@ -1,5 +1,5 @@
-//! 2. Latency at half the measured maximum rate: from a trigger's publish to its
-//! instance RUNNING and SUCCEEDED.
+//! Scenario 2, latency at half the measured maximum rate: from a trigger's publish
+//! to its instance RUNNING and SUCCEEDED.
 //!
 //! Two views of each moment: MySQL's (`started_at` / `finished_at`, stamped in the
 //! transaction that commits the transition — what the target is judged on) and a

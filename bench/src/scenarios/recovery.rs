@@ -1,4 +1,4 @@
-//! 5a. Recovery from a worker crash: 2,000 instances of a 100 ms handler on two
+//! Scenario 5a, recovery from a worker crash: 2,000 instances of a 100 ms handler on two
 //! `ax-bench worker` processes (8 slots each); 2 s after the first trigger one of
 //! them is `kill -9`ed, and 3 s later a worker is started in its place (with a new
 //! id, as `ax worker` does by default). The default 30 s lease applies.

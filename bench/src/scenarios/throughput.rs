@@ -1,6 +1,6 @@
-//! 1. Throughput: `count` instances of a no-op task, fired through
-//! `ax.trigger.<task>` as fast as the client allows (pipelined publishes), run by
-//! two worker processes with 8 slots each.
+//! Scenario 1, throughput: `count` instances of a no-op task, fired through
+//! `ax.trigger.<task>` as fast as the client allows (pipelined publishes), run
+//! by two worker processes with 8 slots each.
 //!
 //! Figures: the client's publish rate, the intake rate (first publish to last
 //! instance committed), end to end (first CREATED to last SUCCEEDED, from MySQL),
