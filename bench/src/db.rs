@@ -9,6 +9,8 @@ use ax_domain::Timestamp;
 use serde::Serialize;
 use sqlx::MySqlPool;
 
+use crate::stats::{summarize, Summary};
+
 /// Server settings that decide what a commit costs. Read, never changed.
 pub async fn server_facts(pool: &MySqlPool) -> BTreeMap<String, serde_json::Value> {
     let mut facts = BTreeMap::new();
@@ -159,6 +161,70 @@ pub async fn commit_groups(pool: &MySqlPool, task_name: &str, since: Timestamp) 
             max_batch,
         })
         .collect())
+}
+
+/// Where an instance's time went, from the audit trail: waiting for dispatch,
+/// dispatch → RUNNING (Redis push, pop, the RUNNING report's round trip and group
+/// commit), RUNNING → SUCCEEDED (reply, handler, the outcome's round trip and
+/// commit), and how long a worker's freed slot stayed empty (its SUCCEEDED commit
+/// to the next DISPATCHED commit for that worker).
+#[derive(Debug, Clone, Serialize)]
+pub struct Stages {
+    pub created_to_dispatched_ms: Option<Summary>,
+    pub dispatched_to_running_ms: Option<Summary>,
+    pub running_to_succeeded_ms: Option<Summary>,
+    pub slot_refill_ms: Option<Summary>,
+}
+
+/// # Errors
+/// MySQL failing.
+pub async fn stages(pool: &MySqlPool, task_name: &str, since: Timestamp) -> anyhow::Result<Stages> {
+    let rows: Vec<(String, String, Timestamp, Option<String>)> = sqlx::query_as(
+        "SELECT instance_id, to_state, created_at, worker_id FROM instance_transitions WHERE task_name = ? AND created_at >= ? ORDER BY created_at",
+    )
+    .bind(task_name)
+    .bind(since)
+    .fetch_all(pool)
+    .await?;
+    let mut at: HashMap<(&str, &str), Timestamp> = HashMap::new();
+    let mut by_worker: HashMap<&str, Vec<(Timestamp, bool)>> = HashMap::new();
+    for (instance, state, created_at, worker) in &rows {
+        at.insert((instance.as_str(), state.as_str()), *created_at);
+        if let Some(worker) = worker {
+            match state.as_str() {
+                "DISPATCHED" => by_worker.entry(worker.as_str()).or_default().push((*created_at, true)),
+                "SUCCEEDED" => by_worker.entry(worker.as_str()).or_default().push((*created_at, false)),
+                _ => {}
+            }
+        }
+    }
+    let ms = |a: Timestamp, b: Timestamp| (b - a).as_seconds_f64() * 1000.0;
+    let between = |from: &str, to: &str| -> Vec<f64> {
+        rows.iter()
+            .filter(|(_, state, _, _)| state == to)
+            .filter_map(|(instance, _, t, _)| at.get(&(instance.as_str(), from)).map(|f| ms(*f, *t)))
+            .collect()
+    };
+    let mut refill = Vec::new();
+    for events in by_worker.values() {
+        // Events are in commit order; each SUCCEEDED frees a slot the next DISPATCHED fills.
+        let mut freed: std::collections::VecDeque<Timestamp> = std::collections::VecDeque::new();
+        for (t, dispatched) in events {
+            if *dispatched {
+                if let Some(f) = freed.pop_front() {
+                    refill.push(ms(f, *t));
+                }
+            } else {
+                freed.push_back(*t);
+            }
+        }
+    }
+    Ok(Stages {
+        created_to_dispatched_ms: summarize(&mut between("CREATED", "DISPATCHED")),
+        dispatched_to_running_ms: summarize(&mut between("DISPATCHED", "RUNNING")),
+        running_to_succeeded_ms: summarize(&mut between("RUNNING", "SUCCEEDED")),
+        slot_refill_ms: summarize(&mut refill),
+    })
 }
 
 /// Seconds from `a` to `b`.

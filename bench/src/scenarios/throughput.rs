@@ -75,6 +75,7 @@ pub async fn run(ctx: &Ctx, stage: &Stage, count: usize, report: &mut Report) ->
         None
     };
     let groups = db::commit_groups(pool, "tp", first_publish).await?;
+    let stages = db::stages(pool, "tp", first_publish).await?;
 
     let intake = last_created.and_then(|last| rate(count as u64, seconds_between(first_publish, last)));
     let e2e = match (first_created, last_finished) {
@@ -111,6 +112,18 @@ pub async fn run(ctx: &Ctx, stage: &Stage, count: usize, report: &mut Report) ->
         Figure::new(S, "MySQL statements per instance", Some(statements as f64 / count.max(1) as f64), Unit::Decimal)
             .note("server-wide Questions over the window: round trips AX made per instance"),
     );
+    if let Some(refill) = stages.slot_refill_ms {
+        report.push(
+            Figure::new(S, "freed worker slot → next dispatch p50", Some(refill.p50), Unit::Ms)
+                .note("SUCCEEDED commit to the next DISPATCHED commit for that worker: the dispatch round trip every slot waits"),
+        );
+    }
+    if let Some(cycle) = stages.dispatched_to_running_ms.zip(stages.running_to_succeeded_ms) {
+        report.push(
+            Figure::new(S, "DISPATCHED → SUCCEEDED p50 (no-op handler)", Some(cycle.0.p50 + cycle.1.p50), Unit::Ms)
+                .note("push, pop, two report round trips and their group commits"),
+        );
+    }
     report.detail(
         "throughput",
         json!({
@@ -124,6 +137,7 @@ pub async fn run(ctx: &Ctx, stage: &Stage, count: usize, report: &mut Report) ->
             "events_published": published,
             "transitions": transitions,
             "commit_groups": groups,
+            "stages": stages,
             "mysql_counters": counters,
             "cpu": cpu_use,
             "perf_data": profile.map(|p| p.display().to_string()),
