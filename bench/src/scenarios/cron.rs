@@ -1,0 +1,207 @@
+//! Scenario 4, cron at scale: `tasks` cron tasks firing every minute, spread evenly
+//! across the 60 seconds of the minute (task i fires at second i mod 60), watched
+//! for `minutes` minutes with one `ax scheduler` process and no worker, so
+//! instances accumulate as CREATED.
+//!
+//! The tasks are registered through the store (the same code as the api), and the
+//! registration events are relayed before the scheduler starts: the window
+//! measures a steady state, not the digestion of 100,000 `registered` events.
+//! Figures: fire skew (`created_at − due_at` of each cron instance, both stamped
+//! by AX), fires missing, the scheduler's peak RSS and CPU.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ax_domain::Timestamp;
+use serde_json::json;
+
+use crate::db::Counters;
+use crate::env::BenchEnv;
+use crate::procs::{rss, CpuMeter, RssSampler};
+use crate::report::{Figure, Report, Target, Unit};
+use crate::scenarios::{with_backing_services, Ctx};
+use crate::stats::{rate, summarize};
+
+const S: &str = "4 cron";
+const REGISTER_CONCURRENCY: usize = 8;
+
+fn definition(i: usize) -> serde_json::Value {
+    json!({
+        "task_name": format!("c{i:06}"),
+        "owner": "ax-bench",
+        "triggers": [{"type": "cron", "cron": format!("{} * * * * *", i % 60)}],
+        "execution": {"handler": "noop", "timeout": 60}
+    })
+}
+
+/// # Errors
+/// A service failed under the harness.
+pub async fn run(ctx: &Ctx, tasks: usize, minutes: u32, report: &mut Report) -> anyhow::Result<()> {
+    let env = BenchEnv::new("cron", &ctx.servers, &ctx.log_dir, REGISTER_CONCURRENCY as u32).await?;
+    let result = measure(ctx, &env, tasks, minutes, report).await;
+    env.cleanup().await;
+    result
+}
+
+async fn measure(ctx: &Ctx, env: &BenchEnv, tasks: usize, minutes: u32, report: &mut Report) -> anyhow::Result<()> {
+    let pool = env.store.pool();
+
+    // Registration, 32 at a time, through Store::register_task.
+    let began = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let busy = Arc::new(AtomicU64::new(0));
+    let mut registrars = tokio::task::JoinSet::new();
+    for _ in 0..REGISTER_CONCURRENCY {
+        let next = next.clone();
+        let busy = busy.clone();
+        let store = env.store.clone();
+        registrars.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= tasks {
+                    return anyhow::Ok(());
+                }
+                let definition = ax_domain::task::TaskDefinition::from_json(definition(i).to_string().as_bytes())
+                    .map_err(|e| anyhow::anyhow!("cron task definition is invalid: {e}"))?;
+                // Concurrent registrations of new cron tasks deadlock in MySQL (see
+                // the README); the store retries a few times, then says Busy, and a
+                // client retries, as it would after a 503. The retries are counted.
+                let mut tries = 0u64;
+                loop {
+                    match store.register_task(&definition, "ax-bench").await {
+                        Ok(_) => break,
+                        Err(ax_store::StoreError::Busy { .. }) if tries < 50 => {
+                            tries += 1;
+                            busy.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(10 * tries)).await;
+                        }
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+                if (i + 1).is_multiple_of(10_000) {
+                    eprintln!("ax-bench: cron: {} of {tasks} tasks registered", i + 1);
+                }
+            }
+        });
+    }
+    while let Some(done) = registrars.join_next().await {
+        done??;
+    }
+    let registration = began.elapsed();
+    let busy = busy.load(Ordering::Relaxed);
+
+    // The registration events go out before the scheduler exists (see the module doc).
+    let began = Instant::now();
+    let deps = ax_scheduler::Deps { store: env.store.clone(), bus: env.bus.clone(), queues: env.queues.clone() };
+    while ax_scheduler::relay::pass(&deps).await? > 0 {}
+    let relayed = began.elapsed();
+
+    let scheduler = env.spawn("scheduler", &ctx.ax, &["scheduler"])?;
+    env.wait_for_leader(Duration::from_secs(30)).await?;
+    let rss_at_start = rss(scheduler.pid).map(|(now, _)| now);
+
+    // The window starts on a whole second a few seconds after leadership.
+    let now = ax_domain::now();
+    let window_start = Timestamp::from_timestamp(now.timestamp() + 6, 0).unwrap_or(now);
+    let window_end = window_start + chrono::TimeDelta::seconds(i64::from(minutes) * 60);
+    tokio::time::sleep((window_start - ax_domain::now()).to_std().unwrap_or_default()).await;
+    let sampler = RssSampler::start(scheduler.pid, Duration::from_millis(500));
+    let cpu = CpuMeter::start(&with_backing_services(vec![("ax scheduler".to_owned(), scheduler.pid)]));
+    let counters_before = Counters::read(pool).await;
+    eprintln!("ax-bench: cron: measuring {tasks} tasks for {minutes} min from {window_start}");
+    tokio::time::sleep((window_end - ax_domain::now()).to_std().unwrap_or_default()).await;
+    let cpu_use = cpu.finish();
+    let counters = Counters::read(pool).await.since(&counters_before);
+    let peak_rss = sampler.finish().await;
+    let window = (window_end - window_start).as_seconds_f64();
+
+    // Late fires still count (as late); wait until nothing more arrives.
+    let expected = tasks as u64 * u64::from(minutes);
+    let mut fired = 0;
+    let mut unchanged_since = Instant::now();
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_secs(90) {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE trigger_type = 'cron' AND due_at >= ? AND due_at < ?")
+            .bind(window_start)
+            .bind(window_end)
+            .fetch_one(pool)
+            .await?;
+        let n = n.max(0) as u64;
+        if n != fired {
+            fired = n;
+            unchanged_since = Instant::now();
+        }
+        if fired >= expected || unchanged_since.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let skews: Vec<i64> = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, due_at, created_at) FROM instances WHERE trigger_type = 'cron' AND due_at >= ? AND due_at < ?",
+    )
+    .bind(window_start)
+    .bind(window_end)
+    .fetch_all(pool)
+    .await?;
+    let mut skews: Vec<f64> = skews.into_iter().map(|us| us as f64 / 1000.0).collect();
+    let skew = summarize(&mut skews);
+    let rss_end = rss(scheduler.pid);
+    let exited = {
+        let mut scheduler = scheduler;
+        let exited = scheduler.exited();
+        scheduler.stop(Duration::from_secs(10)).await;
+        exited
+    };
+
+    let scheduler_cpu = cpu_use.iter().find(|c| c.process == "ax scheduler").map(|c| c.percent_of_one_core);
+    let mysql_cpu = cpu_use.iter().find(|c| c.process == "mariadbd" || c.process == "mysqld").map(|c| c.percent_of_one_core);
+    let scale = format!("{tasks} tasks × {minutes} min");
+    report.push(
+        Figure::new(S, "tasks registered per second (setup)", rate(tasks as u64, registration.as_secs_f64()), Unit::PerSec)
+            .note(format!(
+                "Store::register_task from {REGISTER_CONCURRENCY} tasks, {busy} registrations refused Busy (deadlock) and retried; relaying their events took {:.1}s",
+                relayed.as_secs_f64()
+            )),
+    );
+    report.push_summary(S, &format!("fire skew, created − due ({scale})"), skew, Some(Target::AtMost(50.0)));
+    report.push(
+        Figure::new(S, "fires missing after the window", Some(expected.saturating_sub(fired) as f64), Unit::Count)
+            .target(Target::AtMost(0.0))
+            .note(format!("{fired} of {expected} fires committed")),
+    );
+    report.push(
+        Figure::new(S, "scheduler peak RSS", Some(peak_rss as f64 / 1e6), Unit::Mb)
+            .target(Target::AtMost(200.0))
+            .note(format!("sampled every 0.5 s in the window; {:.1} MB at start", rss_at_start.unwrap_or(0) as f64 / 1e6)),
+    );
+    report.push(Figure::new(S, "scheduler CPU (of one core)", scheduler_cpu, Unit::Percent));
+    report.push(Figure::new(S, "MySQL CPU (of one core)", mysql_cpu, Unit::Percent));
+    let statements = counters.get("Questions").copied().unwrap_or(0);
+    report.push(
+        Figure::new(S, "MySQL statements per second", Some(statements as f64 / window), Unit::PerSec)
+            .note("server-wide Questions over the window"),
+    );
+    report.detail(
+        "cron",
+        json!({
+            "tasks": tasks,
+            "minutes": minutes,
+            "window_start": window_start,
+            "window_end": window_end,
+            "registration_seconds": registration.as_secs_f64(),
+            "registration_busy_retries": busy,
+            "relay_registration_events_seconds": relayed.as_secs_f64(),
+            "expected_fires": expected,
+            "committed_fires": fired,
+            "skew_ms": skew,
+            "scheduler_rss_peak_bytes": peak_rss,
+            "scheduler_rss_start_bytes": rss_at_start,
+            "scheduler_rss_end_and_hwm_bytes": rss_end,
+            "scheduler_exited_early": exited.map(|s| s.to_string()),
+            "cpu": cpu_use,
+            "mysql_counters": counters,
+        }),
+    );
+    Ok(())
+}
