@@ -16,7 +16,6 @@ use ax_domain::state::StateKind;
 use ax_domain::task::{ChainOn, TriggerKind};
 use ax_domain::trigger::TriggerRequest;
 use ax_store::{CreateOutcome, NewInstance, Store};
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 pub const FIRED: &str = "ax_chain_fired_total";
@@ -28,30 +27,13 @@ pub async fn run(store: Store, bus: Bus, shutdown: CancellationToken) -> anyhow:
     metrics::describe_counter!(REFUSED, "Events the chain service could not read, acknowledged and dropped");
     bus.apply_definitions().await?;
     let consumer = bus.consumer(ax_bus::definitions::EVENTS, ax_bus::definitions::CHAIN_CONSUMER).await?;
-    let mut backoff = ax_domain::retry::ExponentialBackoff::new(Duration::from_millis(200), Duration::from_secs(10));
     tracing::info!("chain service started");
-    'outer: loop {
-        let messages = match consumer.stream().max_messages_per_batch(BATCH).messages().await {
-            Ok(m) => m,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot pull events; retrying");
-                tokio::select! { _ = shutdown.cancelled() => break, _ = tokio::time::sleep(backoff.next_delay()) => continue }
-            }
-        };
-        backoff.reset();
-        let mut batches = messages.ready_chunks(BATCH);
-        loop {
-            let batch = tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break 'outer,
-                batch = batches.next() => batch,
-            };
-            let Some(batch) = batch else { break };
-            for message in batch.into_iter().filter_map(Result::ok) {
-                handle(&store, &bus, message).await;
-            }
+    ax_bus::consume::consume_batches(consumer, BATCH, "chain", shutdown, |messages| async {
+        for message in messages {
+            handle(&store, &bus, message).await;
         }
-    }
+    })
+    .await;
     Ok(())
 }
 

@@ -12,8 +12,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::message::{AckKind, Message};
 use ax_domain::log::LogBatch;
-use ax_domain::retry::ExponentialBackoff;
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::{metrics, Deps};
@@ -22,35 +20,7 @@ const PULL: usize = 256;
 const RETRY_DELAY: Duration = Duration::from_secs(2);
 
 pub async fn run(deps: Deps, consumer: async_nats::jetstream::consumer::PullConsumer, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let mut backoff = ExponentialBackoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    'outer: loop {
-        let messages = match consumer.stream().max_messages_per_batch(PULL).messages().await {
-            Ok(m) => m,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot pull log batches; retrying");
-                ::metrics::counter!(metrics::FAILURES, "loop" => "pull").increment(1);
-                tokio::select! { _ = shutdown.cancelled() => break, _ = tokio::time::sleep(backoff.next_delay()) => continue }
-            }
-        };
-        backoff.reset();
-        let mut pulls = messages.ready_chunks(PULL);
-        loop {
-            let pull = tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break 'outer,
-                pull = pulls.next() => pull,
-            };
-            let Some(pull) = pull else { break };
-            let mut messages = Vec::with_capacity(pull.len());
-            for item in pull {
-                match item {
-                    Ok(message) => messages.push(message),
-                    Err(err) => tracing::warn!(error = %err, "log stream error"),
-                }
-            }
-            handle(&deps, messages).await;
-        }
-    }
+    ax_bus::consume::consume_batches(consumer, PULL, "log-sink", shutdown, |messages| handle(&deps, messages)).await;
     Ok(())
 }
 

@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::message::{AckKind, Message};
 use ax_domain::event::{Event, EventBody};
-use ax_domain::retry::ExponentialBackoff;
 use ax_domain::state::StateKind;
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::observe::{self, Observation};
@@ -24,35 +22,7 @@ const PULL: usize = 256;
 const RETRY_DELAY: Duration = Duration::from_secs(2);
 
 pub(crate) async fn run(shared: Shared, consumer: async_nats::jetstream::consumer::PullConsumer, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let mut backoff = ExponentialBackoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    'outer: loop {
-        let messages = match consumer.stream().max_messages_per_batch(PULL).messages().await {
-            Ok(m) => m,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot pull events; retrying");
-                ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "events_pull").increment(1);
-                tokio::select! { _ = shutdown.cancelled() => break, _ = tokio::time::sleep(backoff.next_delay()) => continue }
-            }
-        };
-        backoff.reset();
-        let mut pulls = messages.ready_chunks(PULL);
-        loop {
-            let pull = tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break 'outer,
-                pull = pulls.next() => pull,
-            };
-            let Some(pull) = pull else { break };
-            let mut messages = Vec::with_capacity(pull.len());
-            for item in pull {
-                match item {
-                    Ok(message) => messages.push(message),
-                    Err(err) => tracing::warn!(error = %err, "event stream error"),
-                }
-            }
-            handle(&shared, messages).await;
-        }
-    }
+    ax_bus::consume::consume_batches(consumer, PULL, "monitor", shutdown, |messages| handle(&shared, messages)).await;
     Ok(())
 }
 

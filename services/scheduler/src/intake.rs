@@ -15,7 +15,6 @@ use async_nats::jetstream::message::{AckKind, Message};
 use ax_domain::task::TriggerKind;
 use ax_domain::trigger::{is_valid_trigger_id, TriggerRequest};
 use ax_store::{CreateOutcome, NewInstance, TaskRecord};
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::{dispatch, metrics, Shared};
@@ -28,35 +27,7 @@ pub(crate) async fn run(
     consumer: async_nats::jetstream::consumer::PullConsumer,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut backoff = ax_domain::retry::ExponentialBackoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    'outer: loop {
-        let messages = match consumer.stream().max_messages_per_batch(BATCH).messages().await {
-            Ok(m) => m,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot pull triggers; retrying");
-                tokio::select! { _ = shutdown.cancelled() => break, _ = tokio::time::sleep(backoff.next_delay()) => continue }
-            }
-        };
-        backoff.reset();
-        // Whatever is ready right now forms one batch, committed in one transaction.
-        let mut batches = messages.ready_chunks(BATCH);
-        loop {
-            let batch = tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break 'outer,
-                batch = batches.next() => batch,
-            };
-            let Some(batch) = batch else { break };
-            let mut good = Vec::with_capacity(batch.len());
-            for item in batch {
-                match item {
-                    Ok(message) => good.push(message),
-                    Err(err) => tracing::warn!(error = %err, "trigger stream error"),
-                }
-            }
-            handle_batch(&shared, good).await;
-        }
-    }
+    ax_bus::consume::consume_batches(consumer, BATCH, "intake", shutdown, |messages| handle_batch(&shared, messages)).await;
     Ok(())
 }
 

@@ -3,8 +3,10 @@
 //!
 //! # Layout
 //! - [`definitions`]: the files under `nats/`, applied with create-or-update
+//! - [`consume`]: the pull loop every durable consumer runs
 //! - [`headers`]: `Nats-Msg-Id` and the `Ax-*` headers subscribers route on
 
+pub mod consume;
 pub mod definitions;
 pub mod headers;
 
