@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
     bus.apply_definitions().await?;
     let shipper = LogShipper::start(bus.clone(), 65_536, Duration::from_millis(100));
     // Holds every line of every deferred run until the end.
-    let deferred = LogShipper::start(bus.clone(), 16 << 20, Duration::from_secs(3600));
+    let deferred = LogShipper::start(bus.clone(), 64 << 20, Duration::from_secs(3600));
     let worker: WorkerId = "bench-worker".parse()?;
     let trace = TraceId::generate();
     let disabled = TaskLogger::disabled();
@@ -154,6 +154,29 @@ async fn main() -> anyhow::Result<()> {
             "shipped_overhead_percent": { "paired_median": shipped_overhead * 100.0, "per_round": pct(&shipped_ratios) },
         }));
     }
+    // The cost of one call on the handler's path, without the handler's work:
+    // formatting alone, then formatting and logging with shipping deferred.
+    let calls = 1_000_000;
+    let per_call = |log: Option<&TaskLogger>| {
+        let started = Instant::now();
+        for i in 0..calls {
+            let message = format!("processed record {i} checksum {:016x}", i * 7);
+            match log {
+                Some(log) => log.info(message),
+                None => drop(black_box(message)),
+            }
+        }
+        started.elapsed().as_nanos() as f64 / calls as f64
+    };
+    let mut format_only = f64::MAX;
+    let mut logged = f64::MAX;
+    for _ in 0..5 {
+        format_only = format_only.min(per_call(None));
+        let log = deferred.logger("bench", &InstanceId::generate(), 1, &worker, &trace);
+        logged = logged.min(per_call(Some(&log)));
+    }
+    println!("one call: formatting the message {format_only:.0} ns; formatting and ctx.log.info with shipping deferred {logged:.0} ns; the logger itself {:.0} ns", logged - format_only);
+
     shipper.close().await;
     deferred.close().await;
     let stats = shipper.stats();
@@ -165,6 +188,7 @@ async fn main() -> anyhow::Result<()> {
         load(&stats.dropped)
     );
     let out = serde_json::json!({
+        "per_call_ns": { "format_only": format_only, "format_and_log_deferred": logged, "logger": logged - format_only },
         "lines_per_run": LINES,
         "rounds": ROUNDS,
         "results": results,
