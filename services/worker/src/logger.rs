@@ -3,29 +3,29 @@
 //! `ax.log.<task>.<instance>`, which the log sink stores in MySQL.
 //!
 //! Logging must never slow a handler down, so a log call only stamps the line
-//! (sequence number and a strictly growing timestamp, under a short lock) and
-//! hands it to a bounded channel with `try_send`. One shipper task per worker
-//! empties the channel in batches: after the first line it lingers up to
-//! `AX_WORKER_LOG_FLUSH` *without* listening to the channel (so a handler logging
-//! in a tight loop never pays for waking it line by line), unless the channel
-//! passes half full; then it drains what is there, groups lines by attempt, and
-//! publishes each group to JetStream, one batch at a time so a worker's lines
-//! reach the stream in order. When NATS is slow or away the shipper retries and
-//! the channel fills; then new lines are dropped and counted instead of blocking,
-//! and the next line that gets through is preceded by a warning that says how
-//! many were lost.
-//!
-//! The shipper runs on a thread of its own (with a single-threaded runtime): a
-//! handler that logs in a tight loop without yielding would otherwise keep the
-//! shipper, woken onto the handler's own worker thread, from ever running, and
-//! the buffer would only fill.
+//! (sequence number and a strictly growing timestamp) and appends it to its
+//! attempt's buffer, under a lock nobody else holds but the shipper for the
+//! moment it takes the buffer away. No channel, no wake-up, no reference count per
+//! line. One shipper per worker is told when a buffer gets its first line (and
+//! when the worker's lines pass half of `AX_WORKER_LOG_BUFFER`); it lingers up to
+//! `AX_WORKER_LOG_FLUSH` so lines share batches, takes every attempt's buffer, and
+//! publishes each to JetStream, one batch at a time so an attempt's lines reach
+//! the stream in order. When NATS is slow or away the shipper retries and the
+//! buffers fill; at `AX_WORKER_LOG_BUFFER` lines new ones are dropped and counted
+//! instead of blocking, and the next line that fits is preceded by a warning that
+//! says how many were lost.
 //!
 //! ```text
-//! handler ──try_send──▶ [bounded channel] ──recv_many──▶ shipper ──publish+ack──▶ AX_LOGS
+//! handler ──push──▶ [attempt buffer] ◀──take── shipper ──publish+ack──▶ AX_LOGS
+//!                   (lines of loggers that are gone wait in the hub's orphans)
 //! ```
+//!
+//! The shipper runs on a thread of its own (with a single-threaded runtime): a
+//! handler that logs in a tight loop without yielding would otherwise keep a
+//! shipper woken onto the handler's own worker thread from ever running.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use ax_bus::headers;
@@ -33,15 +33,13 @@ use ax_bus::Bus;
 use ax_domain::ids::{InstanceId, TraceId, WorkerId};
 use ax_domain::log::{clip_message, LogBatch, LogLevel, LogLine, LogStream, LOG_SCHEMA_VERSION, MAX_BATCH_LINES};
 use ax_domain::retry::ExponentialBackoff;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics;
 
 /// A published batch stays well below NATS's default 1 MiB message limit.
 const MAX_BATCH_BYTES: usize = 512 * 1024;
-/// Lines taken from the channel per publishing round.
-const MAX_ROUND_LINES: usize = 16_384;
 /// How long a closing shipper keeps trying to publish what it still holds.
 const CLOSE_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -55,17 +53,13 @@ struct AttemptKey {
     trace_id: TraceId,
 }
 
-struct Entry {
-    key: Arc<AttemptKey>,
-    line: LogLine,
-}
-
-/// Counts kept with atomics on the hot path and reported by the shipper.
+/// Counts of the shipper, for metrics and benchmarks.
 #[derive(Debug, Default)]
 pub struct ShipperStats {
-    /// Lines handed to the shipper.
+    /// Lines the shipper took from the buffers.
     pub accepted: AtomicU64,
-    /// Lines dropped because the buffer was full (or the shipper had stopped).
+    /// Lines dropped because the buffers were full, shutdown came first, or NATS
+    /// could not be reached before the shutdown deadline.
     pub dropped: AtomicU64,
     /// Lines JetStream acknowledged.
     pub published: AtomicU64,
@@ -73,31 +67,75 @@ pub struct ShipperStats {
     pub batches: AtomicU64,
 }
 
+/// What loggers and the shipper share.
+struct Hub {
+    /// Every attempt logger alive; the shipper takes their buffers.
+    live: Mutex<Vec<Weak<AttemptLog>>>,
+    /// Lines of loggers dropped before the shipper took them.
+    orphans: Mutex<Vec<(Arc<AttemptKey>, Vec<LogLine>)>>,
+    /// Lines waiting in all buffers together, against `capacity`.
+    buffered: AtomicUsize,
+    capacity: usize,
+    /// Rung when the buffers get a first line: the shipper starts lingering.
+    first_line: Notify,
+    /// Rung when `buffered` passes half: the shipper stops lingering.
+    pressure: Notify,
+    /// Set once the shipper has stopped: lines logged after are dropped.
+    closed: AtomicBool,
+    stats: ShipperStats,
+}
+
+impl Hub {
+    /// Takes every buffered line: (attempt, lines) in no particular order across
+    /// attempts, in order within one.
+    fn take_all(&self) -> Vec<(Arc<AttemptKey>, Vec<LogLine>)> {
+        let mut taken = std::mem::take(&mut *self.orphans.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.retain(|weak| match weak.upgrade() {
+            Some(log) => {
+                let lines = std::mem::take(&mut log.state.lock().unwrap_or_else(|p| p.into_inner()).lines);
+                if !lines.is_empty() {
+                    taken.push((log.key.clone(), lines));
+                }
+                true
+            }
+            None => false,
+        });
+        drop(live);
+        let count: usize = taken.iter().map(|(_, lines)| lines.len()).sum();
+        self.buffered.fetch_sub(count, Ordering::AcqRel);
+        self.stats.accepted.fetch_add(count as u64, Ordering::Relaxed);
+        taken
+    }
+}
+
 /// A worker's log shipper: makes [`TaskLogger`]s and publishes what they log.
 /// Cheap to clone.
 #[derive(Clone)]
 pub struct LogShipper {
-    tx: mpsc::Sender<Entry>,
-    /// Rung by a logger when the channel passes half full: the shipper stops lingering.
-    pressure: Arc<Notify>,
-    capacity: usize,
+    hub: Arc<Hub>,
     closing: CancellationToken,
     /// Resolves when the shipper thread has published what it could and stopped.
     done: Arc<tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>>,
-    stats: Arc<ShipperStats>,
 }
 
 impl LogShipper {
-    /// Starts the shipper task on `bus`, holding up to `buffer` lines and lingering
-    /// up to `flush` for a batch to fill.
+    /// Starts the shipper thread on `bus`, holding up to `buffer` lines and
+    /// lingering up to `flush` for a batch to fill.
     pub fn start(bus: Bus, buffer: usize, flush: Duration) -> Self {
-        let capacity = buffer.max(2);
-        let (tx, rx) = mpsc::channel(capacity);
+        let hub = Arc::new(Hub {
+            live: Mutex::default(),
+            orphans: Mutex::default(),
+            buffered: AtomicUsize::new(0),
+            capacity: buffer.max(2),
+            first_line: Notify::new(),
+            pressure: Notify::new(),
+            closed: AtomicBool::new(false),
+            stats: ShipperStats::default(),
+        });
         let closing = CancellationToken::new();
-        let stats = Arc::new(ShipperStats::default());
-        let pressure = Arc::new(Notify::new());
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        let shipping = ship(rx, bus, flush, pressure.clone(), closing.clone(), stats.clone());
+        let shipping = ship(hub.clone(), bus, flush, closing.clone());
         let thread = std::thread::Builder::new().name("ax-log-shipper".into()).spawn(move || {
             match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime.block_on(shipping),
@@ -107,8 +145,9 @@ impl LogShipper {
         });
         if let Err(err) = thread {
             tracing::error!(error = %err, "cannot start the log shipper thread; task logs are dropped");
+            hub.closed.store(true, Ordering::Release);
         }
-        Self { tx, pressure, capacity, closing, done: Arc::new(tokio::sync::Mutex::new(Some(done_rx))), stats }
+        Self { hub, closing, done: Arc::new(tokio::sync::Mutex::new(Some(done_rx))) }
     }
 
     /// A logger for one attempt of one instance on this worker.
@@ -120,21 +159,19 @@ impl LogShipper {
             worker_id: worker_id.clone(),
             trace_id: trace_id.clone(),
         };
-        TaskLogger {
-            inner: Some(Arc::new(AttemptLog {
-                key: Arc::new(key),
-                tx: self.tx.clone(),
-                pressure: self.pressure.clone(),
-                half: self.capacity / 2,
-                clock: Mutex::new(Clock { seq: 0, last_micros: 0 }),
-                unreported_drops: AtomicU64::new(0),
-                stats: self.stats.clone(),
-            })),
-        }
+        let log = Arc::new(AttemptLog { key: Arc::new(key), hub: self.hub.clone(), state: Mutex::new(State::default()) });
+        let mut live = self.hub.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.push(Arc::downgrade(&log));
+        TaskLogger { inner: Some(log) }
     }
 
     pub fn stats(&self) -> &ShipperStats {
-        &self.stats
+        &self.hub.stats
+    }
+
+    /// Lines logged and not yet taken by the shipper.
+    pub fn pending_lines(&self) -> usize {
+        self.hub.buffered.load(Ordering::Acquire)
     }
 
     /// Publishes what is buffered (for up to ten seconds) and stops. Lines logged
@@ -147,22 +184,30 @@ impl LogShipper {
     }
 }
 
-/// Sequence number and timestamp of the last line of an attempt.
-struct Clock {
+/// One attempt's sequence, clock and unshipped lines.
+#[derive(Default)]
+struct State {
     seq: u64,
     last_micros: i64,
+    lines: Vec<LogLine>,
+    /// Lines dropped since the last drop notice got in.
+    unreported_drops: u64,
 }
 
 struct AttemptLog {
     key: Arc<AttemptKey>,
-    tx: mpsc::Sender<Entry>,
-    pressure: Arc<Notify>,
-    /// Free slots below which the shipper is rung.
-    half: usize,
-    clock: Mutex<Clock>,
-    /// Lines dropped since the last drop notice got through.
-    unreported_drops: AtomicU64,
-    stats: Arc<ShipperStats>,
+    hub: Arc<Hub>,
+    state: Mutex<State>,
+}
+
+impl Drop for AttemptLog {
+    /// The attempt is over: what the shipper has not taken yet waits for it.
+    fn drop(&mut self) {
+        let lines = std::mem::take(&mut self.state.get_mut().unwrap_or_else(|p| p.into_inner()).lines);
+        if !lines.is_empty() {
+            self.hub.orphans.lock().unwrap_or_else(|p| p.into_inner()).push((self.key.clone(), lines));
+        }
+    }
 }
 
 /// The structured logger a handler gets as `ctx.log`. Every call returns at once;
@@ -208,9 +253,9 @@ impl TaskLogger {
         self.emit(level, LogStream::Handler, message.into());
     }
 
-    /// Lines this attempt lost to a full buffer so far.
+    /// Lines this attempt lost to full buffers and has not reported yet.
     pub fn dropped(&self) -> u64 {
-        self.inner.as_ref().map_or(0, |i| i.unreported_drops.load(Ordering::Relaxed))
+        self.inner.as_ref().map_or(0, |i| i.state.lock().unwrap_or_else(|p| p.into_inner()).unreported_drops)
     }
 
     /// The worker's note that an attempt began, so a log read across attempts and
@@ -240,107 +285,101 @@ impl TaskLogger {
     /// output, the worker's notes about the attempt).
     pub(crate) fn emit(&self, level: LogLevel, stream: LogStream, message: String) {
         let Some(inner) = &self.inner else { return };
+        let hub = &inner.hub;
         let message = clip_message(message);
-        // The lock makes sequence, timestamp and channel order agree when several
-        // tasks of one handler log at once; it is held for a few dozen nanoseconds.
-        let mut clock = inner.clock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let drops = inner.unreported_drops.load(Ordering::Relaxed);
-        // The notice needs a slot and the line another; no formatting while full.
-        if drops > 0 && inner.tx.capacity() >= 2 {
-            let notice = format!("{drops} log lines dropped: the worker's log buffer was full");
-            if inner.send(&mut clock, LogLevel::Warn, LogStream::Worker, notice) {
-                inner.unreported_drops.fetch_sub(drops, Ordering::Relaxed);
-            }
+        let mut state = inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        // Sequence numbers count dropped lines too: a gap shows where they were.
+        state.seq += 1;
+        if hub.closed.load(Ordering::Acquire) || !reserve(hub, 1) {
+            state.unreported_drops += 1;
+            hub.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        if !inner.send(&mut clock, level, stream, message) {
-            inner.unreported_drops.fetch_add(1, Ordering::Relaxed);
-            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        if state.unreported_drops > 0 && reserve(hub, 1) {
+            let notice = format!("{} log lines dropped: the worker's log buffer was full", state.unreported_drops);
+            state.unreported_drops = 0;
+            let seq = state.seq;
+            push(&mut state, seq, LogLevel::Warn, LogStream::Worker, notice);
+            state.seq += 1;
         }
+        let seq = state.seq;
+        push(&mut state, seq, level, stream, message);
     }
 }
 
-impl AttemptLog {
-    /// Stamps and hands over one line; `false` if it was dropped.
-    fn send(&self, clock: &mut Clock, level: LogLevel, stream: LogStream, message: String) -> bool {
-        clock.seq += 1;
-        // Strictly growing, so (ts, seq) orders the attempt's lines like seq does.
-        let micros = chrono::Utc::now().timestamp_micros().max(clock.last_micros + 1);
-        clock.last_micros = micros;
-        let ts = chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default();
-        let entry = Entry { key: self.key.clone(), line: LogLine { seq: clock.seq, ts, level, stream, message } };
-        match self.tx.try_send(entry) {
-            Ok(()) => {
-                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
-                if self.tx.capacity() < self.half {
-                    self.pressure.notify_one();
-                }
-                true
-            }
-            // Counted by the caller: a drop notice that does not fit is not a lost line.
-            Err(_) => false,
-        }
+/// Claims room for `n` lines in the worker's buffers; rings the shipper when they
+/// were empty (a first line) or pass half full.
+fn reserve(hub: &Hub, n: usize) -> bool {
+    let before = hub.buffered.fetch_add(n, Ordering::AcqRel);
+    if before + n > hub.capacity {
+        hub.buffered.fetch_sub(n, Ordering::AcqRel);
+        return false;
     }
+    if before == 0 {
+        hub.first_line.notify_one();
+    }
+    if before < hub.capacity / 2 && before + n >= hub.capacity / 2 {
+        hub.pressure.notify_one();
+    }
+    true
 }
 
-/// The shipper task: batches, groups by attempt, publishes in order.
-async fn ship(
-    mut rx: mpsc::Receiver<Entry>,
-    bus: Bus,
-    flush: Duration,
-    pressure: Arc<Notify>,
-    closing: CancellationToken,
-    stats: Arc<ShipperStats>,
-) {
-    let mut buffer: Vec<Entry> = Vec::with_capacity(MAX_ROUND_LINES);
+fn push(state: &mut State, seq: u64, level: LogLevel, stream: LogStream, message: String) {
+    // Strictly growing, so (ts, seq) orders the attempt's lines like seq does.
+    let micros = chrono::Utc::now().timestamp_micros().max(state.last_micros + 1);
+    state.last_micros = micros;
+    let ts = chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default();
+    state.lines.push(LogLine { seq, ts, level, stream, message });
+}
+
+/// The shipper: waits for lines, lingers, takes every buffer, publishes in order.
+async fn ship(hub: Arc<Hub>, bus: Bus, flush: Duration, closing: CancellationToken) {
     let mut reported_drops = 0;
     loop {
-        let open = tokio::select! {
-            biased;
-            _ = closing.cancelled() => false,
-            n = rx.recv_many(&mut buffer, MAX_ROUND_LINES) => n > 0,
-        };
-        if !open {
-            break;
+        // Lines left from the last round mean no wake-up is coming for them.
+        if hub.buffered.load(Ordering::Acquire) == 0 {
+            tokio::select! {
+                biased;
+                _ = closing.cancelled() => break,
+                _ = hub.first_line.notified() => {}
+            }
         }
-        // Linger so a trickle of lines shares batches, without polling the channel:
-        // a waiting receiver would be woken by every single line.
-        if buffer.len() < MAX_ROUND_LINES {
+        // Linger so a trickle of lines shares batches, unless the buffers pass half.
+        if hub.buffered.load(Ordering::Acquire) < hub.capacity / 2 {
             tokio::select! {
                 biased;
                 _ = closing.cancelled() => {}
-                _ = pressure.notified() => {}
+                _ = hub.pressure.notified() => {}
                 _ = tokio::time::sleep(flush) => {}
             }
         }
-        while buffer.len() < MAX_ROUND_LINES {
-            match rx.try_recv() {
-                Ok(entry) => buffer.push(entry),
-                Err(_) => break,
-            }
-        }
-        publish_round(&bus, &mut buffer, &closing, None, &stats).await;
+        publish_round(&bus, hub.take_all(), &closing, None, &hub.stats).await;
         // Loggers count drops with an atomic; the metric moves here, off their path.
-        let dropped = stats.dropped.load(Ordering::Relaxed);
+        let dropped = hub.stats.dropped.load(Ordering::Relaxed);
         ::metrics::counter!(metrics::LOG_LINES_DROPPED).increment(dropped - reported_drops);
         reported_drops = dropped;
+        if closing.is_cancelled() {
+            break;
+        }
     }
-    // Closing: whatever is still in the channel goes out, within the deadline.
+    // Closing: whatever is still buffered goes out, within the deadline; what is
+    // logged from now on is dropped and counted.
+    hub.closed.store(true, Ordering::Release);
     let give_up = tokio::time::Instant::now() + CLOSE_DEADLINE;
-    rx.close();
-    while let Ok(entry) = rx.try_recv() {
-        buffer.push(entry);
-    }
-    publish_round(&bus, &mut buffer, &closing, Some(give_up), &stats).await;
-    ::metrics::counter!(metrics::LOG_LINES_DROPPED).increment(stats.dropped.load(Ordering::Relaxed) - reported_drops);
+    publish_round(&bus, hub.take_all(), &closing, Some(give_up), &hub.stats).await;
+    ::metrics::counter!(metrics::LOG_LINES_DROPPED).increment(hub.stats.dropped.load(Ordering::Relaxed) - reported_drops);
 }
 
-/// Publishes and empties `buffer`: one batch per attempt and size limit, each
-/// retried until JetStream acknowledges it (or, when closing, until `give_up`).
-async fn publish_round(bus: &Bus, buffer: &mut Vec<Entry>, closing: &CancellationToken, give_up: Option<tokio::time::Instant>, stats: &ShipperStats) {
-    if buffer.is_empty() {
-        return;
-    }
-    for batch in batches(std::mem::take(buffer)) {
+/// Publishes what was taken: one batch per attempt and size limit, each retried
+/// until JetStream acknowledges it (or, when closing, until `give_up`).
+async fn publish_round(
+    bus: &Bus,
+    taken: Vec<(Arc<AttemptKey>, Vec<LogLine>)>,
+    closing: &CancellationToken,
+    give_up: Option<tokio::time::Instant>,
+    stats: &ShipperStats,
+) {
+    for batch in batches(taken) {
         let lines = batch.lines.len() as u64;
         let mut backoff = ExponentialBackoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
@@ -376,16 +415,8 @@ async fn publish_round(bus: &Bus, buffer: &mut Vec<Entry>, closing: &Cancellatio
     }
 }
 
-/// Groups entries by attempt (in order of first appearance) and cuts each group
-/// to the line and byte limits.
-fn batches(entries: Vec<Entry>) -> Vec<LogBatch> {
-    let mut groups: Vec<(Arc<AttemptKey>, Vec<LogLine>)> = Vec::new();
-    for entry in entries {
-        match groups.iter_mut().find(|(key, _)| Arc::ptr_eq(key, &entry.key) || **key == *entry.key) {
-            Some((_, lines)) => lines.push(entry.line),
-            None => groups.push((entry.key, vec![entry.line])),
-        }
-    }
+/// Cuts each attempt's lines to the line and byte limits of a batch.
+fn batches(groups: Vec<(Arc<AttemptKey>, Vec<LogLine>)>) -> Vec<LogBatch> {
     let mut out = Vec::new();
     for (key, lines) in groups {
         let mut current: Vec<LogLine> = Vec::new();
@@ -451,65 +482,82 @@ async fn publish(bus: &Bus, batch: &LogBatch) -> Result<(), PublishError> {
 mod tests {
     use super::*;
 
-    fn key(instance: &InstanceId) -> Arc<AttemptKey> {
-        Arc::new(AttemptKey {
-            task: "t".into(),
-            instance_id: instance.clone(),
-            attempt: 1,
-            worker_id: "w1".parse().unwrap(),
-            trace_id: TraceId::generate(),
+    fn hub(capacity: usize) -> Arc<Hub> {
+        Arc::new(Hub {
+            live: Mutex::default(),
+            orphans: Mutex::default(),
+            buffered: AtomicUsize::new(0),
+            capacity,
+            first_line: Notify::new(),
+            pressure: Notify::new(),
+            closed: AtomicBool::new(false),
+            stats: ShipperStats::default(),
         })
     }
 
-    fn entry(key: &Arc<AttemptKey>, seq: u64, message: &str) -> Entry {
-        Entry {
-            key: key.clone(),
-            line: LogLine { seq, ts: ax_domain::now(), level: LogLevel::Info, stream: LogStream::Handler, message: message.into() },
-        }
+    fn logger(hub: &Arc<Hub>) -> TaskLogger {
+        let key = AttemptKey {
+            task: "t".into(),
+            instance_id: InstanceId::generate(),
+            attempt: 1,
+            worker_id: "w1".parse().unwrap(),
+            trace_id: TraceId::generate(),
+        };
+        let log = Arc::new(AttemptLog { key: Arc::new(key), hub: hub.clone(), state: Mutex::new(State::default()) });
+        hub.live.lock().unwrap().push(Arc::downgrade(&log));
+        TaskLogger { inner: Some(log) }
+    }
+
+    fn messages(taken: &[(Arc<AttemptKey>, Vec<LogLine>)]) -> Vec<(u64, String)> {
+        taken.iter().flat_map(|(_, lines)| lines.iter().map(|l| (l.seq, l.message.clone()))).collect()
     }
 
     #[test]
-    fn lines_are_grouped_by_attempt_in_order_and_cut_to_size() {
-        let (a, b) = (key(&InstanceId::generate()), key(&InstanceId::generate()));
-        let entries = vec![entry(&a, 1, "a1"), entry(&b, 1, "b1"), entry(&a, 2, "a2")];
-        let out = batches(entries);
-        assert_eq!(out.len(), 2);
-        assert_eq!(out[0].lines.iter().map(|l| l.seq).collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(out[1].instance_id, b.instance_id);
-
-        let big = "x".repeat(200 * 1024);
-        let out = batches((1..=5).map(|seq| entry(&a, seq, &big)).collect());
-        assert_eq!(out.len(), 3, "512 KiB per batch");
-        assert_eq!(out.iter().map(|b| b.lines.len()).sum::<usize>(), 5);
+    fn lines_are_cut_to_the_batch_limits() {
+        let h = hub(1000);
+        let log = logger(&h);
+        let big = "x".repeat(30 * 1024);
+        for _ in 0..40 {
+            log.info(big.clone());
+        }
+        let out = batches(h.take_all());
+        assert_eq!(out.iter().map(|b| b.lines.len()).collect::<Vec<_>>(), [17, 17, 6], "512 KiB per batch");
+        assert_eq!(out[0].lines[0].seq, 1);
     }
 
-    #[tokio::test]
-    async fn a_full_buffer_drops_and_the_next_line_reports_it() {
-        let (tx, mut rx) = mpsc::channel(2);
-        let logger = TaskLogger {
-            inner: Some(Arc::new(AttemptLog {
-                key: key(&InstanceId::generate()),
-                tx,
-                pressure: Arc::new(Notify::new()),
-                half: 1,
-                clock: Mutex::new(Clock { seq: 0, last_micros: 0 }),
-                unreported_drops: AtomicU64::new(0),
-                stats: Arc::default(),
-            })),
-        };
+    #[test]
+    fn a_full_buffer_drops_and_the_next_line_that_fits_reports_it() {
+        let h = hub(2);
+        let log = logger(&h);
         for i in 0..5 {
-            logger.info(format!("line {i}"));
+            log.info(format!("line {i}"));
         }
-        assert_eq!(logger.dropped(), 3);
-        let first = rx.recv().await.unwrap().line;
-        let second = rx.recv().await.unwrap().line;
-        assert_eq!((first.seq, second.seq), (1, 2));
-        assert!(second.ts > first.ts, "timestamps grow strictly");
-        logger.info("after");
-        let notice = rx.recv().await.unwrap().line;
-        assert_eq!(notice.stream, LogStream::Worker);
-        assert!(notice.message.starts_with("3 log lines dropped"), "{}", notice.message);
-        assert_eq!(rx.recv().await.unwrap().line.message, "after");
-        assert_eq!(logger.dropped(), 0);
+        assert_eq!(log.dropped(), 3);
+        assert_eq!(h.stats.dropped.load(Ordering::Relaxed), 3);
+        let first = h.take_all();
+        assert_eq!(messages(&first), [(1, "line 0".to_owned()), (2, "line 1".to_owned())]);
+        let lines = &first[0].1;
+        assert!(lines[1].ts > lines[0].ts, "timestamps grow strictly");
+        log.info("after");
+        let second = h.take_all();
+        let got = messages(&second);
+        assert_eq!(got.len(), 2);
+        assert!(got[0].1.starts_with("3 log lines dropped"), "{got:?}");
+        assert_eq!(second[0].1[0].stream, LogStream::Worker);
+        assert_eq!(got[1].1, "after");
+        assert!(got[0].0 > 5 && got[1].0 > got[0].0, "sequence numbers leave a gap where lines were dropped: {got:?}");
+        assert_eq!(log.dropped(), 0);
+        assert_eq!(h.buffered.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn lines_of_a_finished_attempt_are_still_shipped() {
+        let h = hub(100);
+        let log = logger(&h);
+        log.info("last words");
+        drop(log);
+        let taken = h.take_all();
+        assert_eq!(messages(&taken), [(1, "last words".to_owned())]);
+        assert!(h.live.lock().unwrap().is_empty(), "the dead logger is forgotten");
     }
 }
