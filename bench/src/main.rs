@@ -70,6 +70,14 @@ struct RunArgs {
     /// MariaDB, NATS, Redis) next to the logs.
     #[arg(long)]
     perf: bool,
+    /// In the cron scenario, keep the schedules as registration left them: the
+    /// scheduler then starts with every fire missed during registration.
+    #[arg(long)]
+    cron_stale: bool,
+    /// In the recovery scenario, restart the killed worker under its old worker id
+    /// (as a host-named deployment would) instead of a new one.
+    #[arg(long)]
+    restart_same_id: bool,
 }
 
 #[derive(Subcommand)]
@@ -227,13 +235,13 @@ async fn run(selection: &[Scenario], args: &RunArgs) -> anyhow::Result<ExitCode>
     }
     if wants(Scenario::Cron) {
         eprintln!("ax-bench: 4 cron: {cron_tasks} tasks × {cron_minutes} min");
-        if let Err(err) = cron::run(&ctx, cron_tasks, cron_minutes, &mut report).await {
+        if let Err(err) = cron::run(&ctx, cron_tasks, cron_minutes, args.cron_stale, &mut report).await {
             record("4 cron", err);
         }
     }
     if wants(Scenario::Recovery) {
         eprintln!("ax-bench: 5a recovery: worker kill -9 among 2,000 instances of 100 ms");
-        if let Err(err) = recovery::run(&ctx, &mut report).await {
+        if let Err(err) = recovery::run(&ctx, args.restart_same_id, &mut report).await {
             record("5a recovery", err);
         }
     }

@@ -33,14 +33,14 @@ const LOST_AFTER: Duration = Duration::from_secs(75);
 
 /// # Errors
 /// A service failed under the harness.
-pub async fn run(ctx: &Ctx, report: &mut Report) -> anyhow::Result<()> {
+pub async fn run(ctx: &Ctx, same_id: bool, report: &mut Report) -> anyhow::Result<()> {
     let env = BenchEnv::new("rec", &ctx.servers, &ctx.log_dir, 8).await?;
-    let result = measure(ctx, &env, report).await;
+    let result = measure(ctx, &env, same_id, report).await;
     env.cleanup().await;
     result
 }
 
-async fn measure(ctx: &Ctx, env: &BenchEnv, report: &mut Report) -> anyhow::Result<()> {
+async fn measure(ctx: &Ctx, env: &BenchEnv, same_id: bool, report: &mut Report) -> anyhow::Result<()> {
     let pool = env.store.pool();
     let task = env.register(event_task("rec", "sleep")).await?;
     let mut heartbeats = env.bus.client.subscribe(env.names.heartbeat()).await?;
@@ -72,7 +72,8 @@ async fn measure(ctx: &Ctx, env: &BenchEnv, report: &mut Report) -> anyhow::Resu
             .await?;
     let done_at_kill = db::count_in_state(pool, task.id.as_str(), "SUCCEEDED").await?;
     tokio::time::sleep(RESTART_AFTER).await;
-    let replacement = env.spawn("worker0-restarted", &ctx.bench, &worker_args("bench-w0-restarted"))?;
+    let replacement_id = if same_id { "bench-w0" } else { "bench-w0-restarted" };
+    let replacement = env.spawn("worker0-restarted", &ctx.bench, &worker_args(replacement_id))?;
 
     let deadline = LOST_AFTER.saturating_sub((ax_domain::now() - killed_at).to_std().unwrap_or_default());
     let succeeded = db::wait_for_state(pool, task.id.as_str(), "SUCCEEDED", COUNT as u64, deadline).await?;
@@ -113,7 +114,10 @@ async fn measure(ctx: &Ctx, env: &BenchEnv, report: &mut Report) -> anyhow::Resu
     report.push(
         Figure::new(S, "worker kill: instances lost (not SUCCEEDED 75 s after)", Some(lost as f64), Unit::Count)
             .target(Target::AtMost(0.0))
-            .note(format!("{COUNT} instances of a 100 ms handler; {done_at_kill} were done at the kill")),
+            .note(format!(
+                "{COUNT} instances of a 100 ms handler; {done_at_kill} were done at the kill; restarted {}",
+                if same_id { "under the same worker id" } else { "under a new worker id" }
+            )),
     );
     report.push(
         Figure::new(S, "worker kill: handlers completed twice", Some(completed_twice as f64), Unit::Count)
@@ -140,6 +144,7 @@ async fn measure(ctx: &Ctx, env: &BenchEnv, report: &mut Report) -> anyhow::Resu
         "recovery",
         json!({
             "instances": COUNT,
+            "restarted_under_same_id": same_id,
             "killed_at": killed_at,
             "held_by_killed_worker_at_kill": held_at_kill,
             "succeeded_at_kill": done_at_kill,
