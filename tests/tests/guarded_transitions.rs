@@ -145,3 +145,17 @@ async fn a_stale_attempt_cannot_move_an_instance() {
     assert_eq!(trail[3].reason, "lease expired");
     env.cleanup().await;
 }
+
+/// A misfire catch-up or backfill of thousands: more rows than one statement's
+/// 65,535 placeholders allow (18 per instance) still commit as one batch.
+#[tokio::test]
+async fn a_batch_larger_than_one_statement_allows_is_created_whole() {
+    let env = TestEnv::new().await;
+    let task = env.register(noop_task("many")).await;
+    let batch: Vec<NewInstance> = (0..4000).map(|i| new_instance(&task, &format!("m{i}"))).collect();
+    let outcomes = env.store.create_instances(&batch).await.unwrap();
+    assert_eq!(outcomes.iter().filter(|o| matches!(o, CreateOutcome::Created(_))).count(), 4000);
+    let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances").fetch_one(env.store.pool()).await.unwrap();
+    assert_eq!(total, 4000);
+    env.cleanup().await;
+}

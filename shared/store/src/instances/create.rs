@@ -35,6 +35,9 @@ pub struct NewInstance {
     pub concurrency: Option<(u32, BlockingStrategy)>,
 }
 
+/// Instances per set of INSERT statements (18 placeholders each, far below MySQL's 65,535).
+const CREATE_CHUNK: usize = 1000;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateOutcome {
     Created(InstanceId),
@@ -79,6 +82,17 @@ impl Store {
     pub(crate) async fn create_in(&self, tx: &mut MySqlConnection, batch: &[NewInstance]) -> Result<Vec<CreateOutcome>, StoreError> {
         if batch.is_empty() {
             return Ok(Vec::new());
+        }
+        // A statement takes at most 65,535 placeholders and an instance row needs 18:
+        // a large batch (a misfire catch-up of thousands of schedules, a backfill)
+        // goes in pieces, still in the caller's one transaction. A trigger id that
+        // repeats across pieces is found by the later piece's claim (same transaction).
+        if batch.len() > CREATE_CHUNK {
+            let mut outcomes = Vec::with_capacity(batch.len());
+            for piece in batch.chunks(CREATE_CHUNK) {
+                outcomes.extend(Box::pin(self.create_in(&mut *tx, piece)).await?);
+            }
+            return Ok(outcomes);
         }
         let now = ax_domain::now();
         // The same trigger twice in one batch: the first one speaks for both.
