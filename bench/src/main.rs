@@ -70,6 +70,10 @@ struct RunArgs {
     /// MariaDB, NATS, Redis) next to the logs.
     #[arg(long)]
     perf: bool,
+    /// With `all`: run only these scenarios (comma-separated), e.g.
+    /// `--only throughput,latency,delay` for scenarios 1–3 on one stage.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    only: Vec<Scenario>,
     /// In the cron scenario, keep the schedules as registration left them: the
     /// scheduler then starts with every fire missed during registration.
     #[arg(long)]
@@ -105,7 +109,7 @@ enum Command {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Scenario {
     Throughput,
     Latency,
@@ -132,6 +136,7 @@ async fn main() -> ExitCode {
                 }
             };
         }
+        Command::All(args) if !args.only.is_empty() => (args.only.clone(), args),
         Command::All(args) => (ALL.to_vec(), args),
         Command::Throughput(args) => (vec![Scenario::Throughput], args),
         Command::Latency(args) => (vec![Scenario::Latency], args),
