@@ -27,6 +27,7 @@ fn new_instance(task: &ax_store::TaskRecord, trigger_id: &str) -> NewInstance {
         reason: String::new(),
         operator: "test".into(),
         concurrency: None,
+        shard: None,
     }
 }
 

@@ -28,6 +28,7 @@ async fn make_instances(env: &TestEnv, n: usize) -> Vec<ax_domain::ids::Instance
             reason: String::new(),
             operator: "test".into(),
             concurrency: None,
+            shard: None,
         })
         .collect();
     env.store.create_instances(&batch).await.unwrap().into_iter().map(|o| o.instance_id().clone()).collect()

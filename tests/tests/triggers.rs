@@ -227,6 +227,7 @@ async fn a_chain_runs_in_order_once_and_refuses_cycles() {
         trigger_type: ax_domain::task::TriggerKind::Event,
         trigger_id: "go".into(),
         trace_id: a_instance.trace_id.clone(),
+        shard: None,
     };
     assert_eq!(ax_chain::fire_downstream(&env.store, &event).await.unwrap(), 0);
     assert_eq!(count_in_state(&env, "b", "SUCCEEDED").await, 1);

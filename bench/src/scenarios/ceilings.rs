@@ -132,6 +132,7 @@ async fn create(store: &Store, task: &TaskRecord, prefix: &str, count: usize) ->
                 reason: String::new(),
                 operator: "ax-bench".into(),
                 concurrency: None,
+                shard: None,
             })
             .collect();
         for outcome in store.create_instances(&batch).await? {

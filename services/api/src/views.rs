@@ -15,6 +15,25 @@ pub fn task(task: &TaskRecord) -> Value {
     })
 }
 
+/// A fanned-out firing with each of its shards (state, attempt, worker).
+pub fn firing(i: &InstanceRecord, shards: &[InstanceRecord]) -> Value {
+    let mut view = instance(i);
+    view["shard_instances"] = shards
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "index": s.shard.as_ref().map(|x| x.index),
+                "state": s.state.kind(),
+                "attempt": s.attempt,
+                "worker_id": s.state.worker_id().or(s.last_worker_id.as_ref()),
+                "reason": s.reason,
+            })
+        })
+        .collect();
+    view
+}
+
 pub fn instance(i: &InstanceRecord) -> Value {
     json!({
         "id": i.id,
@@ -38,6 +57,9 @@ pub fn instance(i: &InstanceRecord) -> Value {
         "result": i.result,
         "progress": i.progress.as_ref().map(|(percent, message)| json!({ "percent": percent, "message": message })),
         "rerun_of": i.rerun_of,
+        // On a shard: which firing and which shard; on a firing that fanned out: its shards' tally.
+        "shard": i.shard,
+        "shards": i.shards,
         "created_at": i.created_at,
         "updated_at": i.updated_at,
     })

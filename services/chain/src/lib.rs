@@ -63,6 +63,10 @@ async fn handle(store: &Store, bus: &Bus, message: Message) {
 
 /// Creates the downstream instances of one ended upstream instance; returns how many were new.
 pub async fn fire_downstream(store: &Store, upstream: &InstanceTransitioned) -> anyhow::Result<usize> {
+    // A shard's end is not the firing's: the firing's own event fires the chain.
+    if upstream.shard.is_some() {
+        return Ok(0);
+    }
     let ended = match upstream.to {
         StateKind::Succeeded => ChainOn::Succeeded,
         StateKind::Failed => ChainOn::Failed,

@@ -152,6 +152,7 @@ mod tests {
             trigger_type: TriggerKind::Event,
             trigger_id: "x".into(),
             trace_id: TraceId::generate(),
+            shard: None,
         }
     }
 

@@ -1,5 +1,9 @@
 //! The dispatcher: due CREATED instances go to the least-loaded eligible worker.
 //!
+//! A sharded or broadcast firing is not dispatched: it fans out into shard
+//! instances (created in the same commit), and each shard goes to a worker that
+//! holds none of its siblings while one has room.
+//!
 //! One pass: read due instances (urgent first, then oldest due), choose a worker
 //! for each from the registry and the load MySQL reports, commit all the
 //! CREATED → DISPATCHED transitions in one transaction, then push the assignments
@@ -10,17 +14,18 @@
 //! An instance no worker can take stays CREATED (backlog) and goes out as soon as
 //! one appears: a heartbeat from a new worker wakes the dispatcher.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use ax_domain::ids::InstanceId;
 use ax_domain::protocol::Assignment;
 use ax_domain::state::Command;
-use ax_domain::task::DispatchStrategy;
+use ax_domain::task::{DispatchStrategy, ShardPlan};
 use ax_store::TransitionRequest;
 use futures::StreamExt;
 
 use crate::leader::Term;
-use crate::registry::eligible;
+use crate::registry::{eligible, WorkerEntry};
 use crate::{metrics, Shared};
 
 const BATCH: u32 = 512;
@@ -53,7 +58,8 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
         // Drain: keep passing while passes are full.
         loop {
             match pass(&shared, &term).await {
-                Ok(moved) if moved >= BATCH as usize => continue,
+                // Fanned-out firings left shards due now.
+                Ok(done) if done.fanned_out > 0 || (done.moved > 0 && done.looked >= BATCH as usize) => continue,
                 Ok(_) => break,
                 Err(err) if is_fenced(&err) => {
                     ::metrics::counter!(metrics::FENCED_WRITES).increment(1);
@@ -91,20 +97,34 @@ async fn release_waiting_everywhere(shared: &Shared) {
     }
 }
 
-/// One dispatch pass; returns how many instances it looked at.
-async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<usize> {
+/// What one pass did: the drain loop goes on only while passes are full and move
+/// something, so a backlog no worker can take does not spin the dispatcher.
+#[derive(Debug, Default, Clone, Copy)]
+struct PassResult {
+    looked: usize,
+    moved: usize,
+    fanned_out: usize,
+}
+
+/// One dispatch pass.
+async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<PassResult> {
     let store = &shared.deps.store;
     let now = ax_domain::now();
     release_due_retries(shared, term, now).await?;
 
     let due = store.due_instances(now, BATCH).await?;
     if due.is_empty() {
-        return Ok(0);
+        return Ok(PassResult::default());
     }
     let workers = shared.registry.alive_workers(now);
     let mut load: HashMap<String, u32> = store.held_by_worker().await?.into_iter().collect();
+    let firings: Vec<&InstanceId> = due.iter().filter_map(|i| i.shard.as_ref().map(|s| &s.parent_id)).collect();
+    // Per firing, the workers holding one of its shards: the others are preferred.
+    let mut shard_holders: HashMap<InstanceId, HashSet<String>> = store.shard_holders(&firings).await?;
     let lease = chrono::TimeDelta::from_std(shared.config.scheduler.lease.0)?;
+    let operator = format!("scheduler@{}", term.fence.epoch);
 
+    let mut fan_outs = Vec::new();
     let mut requests = Vec::new();
     let mut planned = Vec::new();
     for instance in &due {
@@ -112,20 +132,49 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<usize> {
             tracing::error!(instance_id = %instance.id, task = %instance.task_name, version = instance.task_version, "instance names a task version that does not exist");
             continue;
         };
-        let held = |w: &&crate::registry::WorkerEntry| load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0);
-        let open: Vec<&crate::registry::WorkerEntry> =
-            workers.iter().filter(|w| eligible(&w.heartbeat, &definition)).filter(|w| held(w) < w.heartbeat.max_running).collect();
+        let eligible_workers: Vec<&WorkerEntry> = workers.iter().filter(|w| eligible(&w.heartbeat, &definition)).collect();
+        if instance.shard.is_none() {
+            if let Some(plan) = definition.dispatch.shard_plan() {
+                // The firing itself never runs: it splits into shard instances.
+                let total = match plan {
+                    ShardPlan::Fixed(total) => total,
+                    ShardPlan::PerWorker => eligible_workers.len() as u32,
+                };
+                if total == 0 {
+                    ::metrics::counter!(metrics::DISPATCH_NO_WORKER, "task" => instance.task_name.clone()).increment(1);
+                    continue;
+                }
+                fan_outs.push(TransitionRequest {
+                    instance_id: instance.id.clone(),
+                    command: Command::FanOut { total },
+                    operator: operator.clone(),
+                    result: None,
+                });
+                continue;
+            }
+        }
+        let held = |w: &&WorkerEntry| load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0);
+        let open: Vec<&WorkerEntry> = eligible_workers.iter().copied().filter(|w| held(w) < w.heartbeat.max_running).collect();
+        // A shard goes to a worker without a sibling while one has room.
+        let siblings = instance.shard.as_ref().and_then(|s| shard_holders.get(&s.parent_id));
+        let apart: Vec<&WorkerEntry> =
+            open.iter().copied().filter(|w| siblings.is_none_or(|held| !held.contains(w.heartbeat.worker_id.as_str()))).collect();
+        let open = if apart.is_empty() { open } else { apart };
         let choice = match definition.dispatch.strategy {
             // The ring over every eligible worker (full ones included, so a busy
-            // owner does not reshuffle the ring), first one with a free slot.
+            // owner does not reshuffle the ring), first one with a free slot. Shards
+            // hash by index, so shard i keeps its worker from firing to firing.
             DispatchStrategy::Hash => {
-                let eligible_ids: Vec<&str> =
-                    workers.iter().filter(|w| eligible(&w.heartbeat, &definition)).map(|w| w.heartbeat.worker_id.as_str()).collect();
-                crate::ring::candidates(&eligible_ids, &instance.task_name)
+                let ids: Vec<&str> = eligible_workers.iter().map(|w| w.heartbeat.worker_id.as_str()).collect();
+                let key = match &instance.shard {
+                    Some(shard) => format!("{}#{}", instance.task_name, shard.index),
+                    None => instance.task_name.clone(),
+                };
+                crate::ring::candidates(&ids, &key)
                     .into_iter()
                     .find_map(|id| open.iter().find(|w| w.heartbeat.worker_id.as_str() == id).copied())
             }
-            // Least running (broadcast runs as least running until sharding lands).
+            // Broadcast shards spread by the anti-affinity above, then least running.
             DispatchStrategy::LeastRunning | DispatchStrategy::Broadcast => {
                 open.iter().min_by_key(|w| (held(w), w.heartbeat.worker_id.clone())).copied()
             }
@@ -136,16 +185,26 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<usize> {
         };
         let worker_id = worker.heartbeat.worker_id.clone();
         *load.entry(worker_id.as_str().to_owned()).or_default() += 1;
+        if let Some(shard) = &instance.shard {
+            shard_holders.entry(shard.parent_id.clone()).or_default().insert(worker_id.as_str().to_owned());
+        }
         requests.push(TransitionRequest {
             instance_id: instance.id.clone(),
             command: Command::Dispatch { worker_id: worker_id.clone(), lease_expires_at: now + lease },
-            operator: format!("scheduler@{}", term.fence.epoch),
+            operator: operator.clone(),
             result: None,
         });
         planned.push((instance, definition, worker_id));
     }
+    let mut result = PassResult { looked: due.len(), ..PassResult::default() };
+    if !fan_outs.is_empty() {
+        // The shards are created in the same commit and are due at once: the drain
+        // loop's next pass dispatches them.
+        let outcomes = store.transition_fenced(&fan_outs, Some(term.fence)).await?;
+        result.fanned_out = outcomes.iter().filter(|o| o.is_ok()).count();
+    }
     if requests.is_empty() {
-        return Ok(due.len());
+        return Ok(result);
     }
     let outcomes = store.transition_fenced(&requests, Some(term.fence)).await?;
     let mut assignments = Vec::with_capacity(outcomes.len());
@@ -159,11 +218,12 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<usize> {
             Err(refusal) => tracing::debug!(instance_id = %instance.id, reason = %refusal, "dispatch refused"),
         }
     }
+    result.moved += assignments.len();
     if let Err(err) = shared.deps.queues.push(&assignments).await {
         tracing::warn!(error = %err, count = assignments.len(), "pushing assignments failed; their leases will expire and they will be recovered");
         ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "queue_push").increment(1);
     }
-    Ok(due.len())
+    Ok(result)
 }
 
 /// RETRYING instances whose back-off has passed begin their next attempt.
@@ -195,6 +255,9 @@ pub(crate) fn assignment(instance: &ax_store::InstanceRecord, definition: &ax_do
         priority: instance.priority,
         trace_id: instance.trace_id.clone(),
         dispatched_at: now,
-        exclusive: definition.concurrency.max_running_instances == Some(1),
+        // A shard shares its firing's concurrency slot with its siblings, so only
+        // the per-instance guard applies to it.
+        exclusive: definition.concurrency.max_running_instances == Some(1) && instance.shard.is_none(),
+        shard: instance.shard.clone(),
     }
 }

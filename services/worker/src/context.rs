@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use ax_domain::ids::{InstanceId, TraceId, WorkerId};
 use ax_domain::protocol::Progress;
+use ax_domain::shard::ShardOf;
 use tokio_util::sync::CancellationToken;
 
 use crate::logger::TaskLogger;
@@ -25,8 +26,9 @@ pub struct TaskContext {
     /// Cancelled when the attempt must stop (timeout, cancel, lost lease, shutdown
     /// past its deadline). Long handlers should watch it.
     pub cancellation: CancellationToken,
-    /// Shard of a sharded firing: (index, total); `None` when not sharded.
-    pub shard: Option<(u32, u32)>,
+    /// Which shard of a sharded or broadcast firing this is (0-based index, total,
+    /// and the firing's instance id); `None` when the task is not sharded.
+    pub shard: Option<ShardOf>,
     /// Structured task log: `ctx.log.info("…")`. Lines go to `AX_LOGS` in batches
     /// and are read back with `ax logs <instance>`; a call never blocks.
     pub log: TaskLogger,

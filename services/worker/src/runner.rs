@@ -492,7 +492,7 @@ async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: Cance
         config: assignment.config.clone(),
         trace_id: assignment.trace_id.clone(),
         cancellation: cancel.clone(),
-        shard: None,
+        shard: assignment.shard.clone(),
         log: log.clone(),
         reporter: Some(Reporter { client: shared.bus.client.clone(), subject: shared.bus.names.progress(), worker_id: shared.worker_id.clone() }),
     };

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::health::HealthFlag;
 use crate::ids::{EventId, InstanceId, ReportId, TraceId, WorkerId};
+use crate::shard::ShardOf;
 use crate::state::StateKind;
 use crate::task::TriggerKind;
 use crate::Timestamp;
@@ -53,6 +54,10 @@ pub struct InstanceTransitioned {
     pub trigger_type: TriggerKind,
     pub trigger_id: String,
     pub trace_id: TraceId,
+    /// Set on the instances of a sharded or broadcast firing (not on the firing
+    /// itself). Absent from events written before sharding, which decode as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardOf>,
 }
 
 /// A task definition's lifecycle.
@@ -220,6 +225,7 @@ mod tests {
                 trigger_type: TriggerKind::Event,
                 trigger_id: "order-42".into(),
                 trace_id: "trc_01JDQ6Z8X5C4V9N2M7K3H1G0FG".parse().unwrap(),
+                shard: None,
             }),
         }
     }
@@ -232,6 +238,14 @@ mod tests {
 
     /// The version-1 fixture was written once and is never regenerated: it proves
     /// this build still reads what version 1 wrote.
+    #[test]
+    fn a_shard_event_round_trips_and_names_its_firing() {
+        let mut event = sample();
+        let EventBody::InstanceTransitioned(body) = &mut event.body else { unreachable!() };
+        body.shard = Some(ShardOf { parent_id: "ins_01JDQ6Z8X5C4V9N2M7K3H1G0FA".parse().unwrap(), index: 2, total: 4 });
+        assert_eq!(Event::decode(&event.encode()).unwrap(), event);
+    }
+
     #[test]
     fn the_version_1_fixture_still_decodes() {
         let bytes = include_bytes!("../tests/fixtures/instance_transitioned_v1.cbor");

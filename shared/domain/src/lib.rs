@@ -8,6 +8,7 @@
 //! - [`trigger`]: trigger requests accepted on `ax.trigger.<task>` and over HTTP
 //! - [`protocol`]: the messages workers and schedulers exchange
 //! - [`subjects`]: every NATS subject and Redis key name, built in one place
+//! - [`shard`]: which shard of a sharded or broadcast firing an instance is
 //! - [`retry`]: back-off arithmetic shared by retries and reconnect loops
 //! - [`log`]: the batches of task log lines workers publish on `ax.log.<task>.<instance>`
 //! - [`attempt`]: how an attempt ended (timeout, lease expiry …), read from a transition
@@ -25,6 +26,7 @@ pub mod log;
 pub mod period;
 pub mod protocol;
 pub mod retry;
+pub mod shard;
 pub mod state;
 pub mod subjects;
 pub mod task;

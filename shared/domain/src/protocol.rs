@@ -47,6 +47,9 @@ pub struct Assignment {
     /// The task allows one running instance: the worker also takes a per-task guard.
     #[serde(default)]
     pub exclusive: bool,
+    /// Set when this instance is one shard of a sharded or broadcast firing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::ShardOf>,
 }
 
 /// How an attempt went, from the worker's side.

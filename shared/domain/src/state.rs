@@ -7,6 +7,10 @@
 //!            ▲          │  (handed back)       │                  │
 //!            └──────────┴──────────────────────┴──── next attempt ┘
 //! plus Cancelled (any non-final state), Discarded and Rejected (born final).
+//!
+//! A sharded or broadcast firing does not run itself: its instance fans out into
+//! shard instances (each with the table above) and settles when the last ends:
+//! (new) → Created → Sharded → Succeeded | Failed | Cancelled
 //! ```
 //!
 //! Each state is a type that carries only what is valid in it, and each move is a
@@ -34,10 +38,12 @@ pub enum StateKind {
     Cancelled,
     Discarded,
     Rejected,
+    /// A firing split into shard instances, waiting for them all to end.
+    Sharded,
 }
 
 impl StateKind {
-    pub const ALL: [StateKind; 10] = [
+    pub const ALL: [StateKind; 11] = [
         StateKind::Waiting,
         StateKind::Created,
         StateKind::Dispatched,
@@ -48,6 +54,7 @@ impl StateKind {
         StateKind::Cancelled,
         StateKind::Discarded,
         StateKind::Rejected,
+        StateKind::Sharded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -62,6 +69,7 @@ impl StateKind {
             StateKind::Cancelled => "CANCELLED",
             StateKind::Discarded => "DISCARDED",
             StateKind::Rejected => "REJECTED",
+            StateKind::Sharded => "SHARDED",
         }
     }
 
@@ -78,6 +86,7 @@ impl StateKind {
             StateKind::Cancelled => "cancelled",
             StateKind::Discarded => "discarded",
             StateKind::Rejected => "rejected",
+            StateKind::Sharded => "sharded",
         }
     }
 
@@ -104,10 +113,11 @@ impl StateKind {
         use StateKind::*;
         match self {
             Waiting => matches!(to, Created | Cancelled),
-            Created => matches!(to, Dispatched | Cancelled),
+            Created => matches!(to, Dispatched | Sharded | Cancelled),
             Dispatched => matches!(to, Running | Created | Retrying | Failed | Cancelled),
             Running => matches!(to, Succeeded | Failed | Retrying | Created | Cancelled),
             Retrying => matches!(to, Created | Cancelled),
+            Sharded => matches!(to, Succeeded | Failed | Cancelled),
             Succeeded | Failed | Cancelled | Discarded | Rejected => false,
         }
     }
@@ -153,6 +163,12 @@ pub struct Retrying {
     pub next_attempt_at: Timestamp,
 }
 
+/// Split into `total` shard instances; ends when the last of them ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sharded {
+    pub total: u32,
+}
+
 /// A final state, with when it was reached.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
@@ -168,6 +184,7 @@ pub enum InstanceState {
     Dispatched(Dispatched),
     Running(Running),
     Retrying(Retrying),
+    Sharded(Sharded),
     Finished(Finished),
 }
 
@@ -179,6 +196,7 @@ impl InstanceState {
             InstanceState::Dispatched(_) => StateKind::Dispatched,
             InstanceState::Running(_) => StateKind::Running,
             InstanceState::Retrying(_) => StateKind::Retrying,
+            InstanceState::Sharded(_) => StateKind::Sharded,
             InstanceState::Finished(f) => f.kind,
         }
     }
@@ -212,6 +230,9 @@ impl Created {
     pub fn dispatch(self, worker_id: WorkerId, lease_expires_at: Timestamp) -> Dispatched {
         Dispatched { worker_id, lease_expires_at }
     }
+    pub fn fan_out(self, total: u32) -> Sharded {
+        Sharded { total }
+    }
 }
 
 impl Dispatched {
@@ -236,6 +257,15 @@ impl Running {
 impl Retrying {
     pub fn next_attempt(self) -> Created {
         Created
+    }
+}
+
+impl Sharded {
+    /// Every shard ended: the firing ends as `outcome` (succeeded, failed or
+    /// cancelled); `None` for any other outcome.
+    pub fn settle(self, outcome: StateKind, now: Timestamp) -> Option<Finished> {
+        matches!(outcome, StateKind::Succeeded | StateKind::Failed | StateKind::Cancelled)
+            .then_some(Finished { kind: outcome, finished_at: now })
     }
 }
 
@@ -275,6 +305,10 @@ pub enum Command {
     Expire { reason: String, retry_at: Option<Timestamp> },
     NextAttempt,
     Cancel { reason: String },
+    /// Split a firing into `total` shard instances (the store creates them).
+    FanOut { total: u32 },
+    /// The last shard ended; the firing ends as `outcome`.
+    Settle { outcome: StateKind, reason: String },
 }
 
 impl Command {
@@ -289,6 +323,8 @@ impl Command {
             Command::Expire { .. } => "expire",
             Command::NextAttempt => "next_attempt",
             Command::Cancel { .. } => "cancel",
+            Command::FanOut { .. } => "fan_out",
+            Command::Settle { .. } => "settle",
         }
     }
 }
@@ -365,6 +401,13 @@ pub fn apply(snapshot: Snapshot, command: Command, now: Timestamp) -> Result<Mov
         (InstanceState::Dispatched(_) | InstanceState::Running(_), Command::Expire { reason, retry_at }) => {
             moved(fail_or_retry(now, retry_at), attempt, reason)
         }
+        (InstanceState::Created(c), Command::FanOut { total }) if total > 0 => {
+            moved(InstanceState::Sharded(c.fan_out(total)), attempt, format!("split into {total} shards"))
+        }
+        (InstanceState::Sharded(s), Command::Settle { outcome, reason }) => match s.settle(outcome, now) {
+            Some(finished) => moved(InstanceState::Finished(finished), attempt, reason),
+            None => return Err(illegal),
+        },
         (InstanceState::Retrying(r), Command::NextAttempt) => {
             moved(InstanceState::Created(r.next_attempt()), attempt + 1, format!("attempt {}", attempt + 1))
         }
@@ -373,7 +416,8 @@ pub fn apply(snapshot: Snapshot, command: Command, now: Timestamp) -> Result<Mov
             | InstanceState::Created(_)
             | InstanceState::Dispatched(_)
             | InstanceState::Running(_)
-            | InstanceState::Retrying(_),
+            | InstanceState::Retrying(_)
+            | InstanceState::Sharded(_),
             Command::Cancel { reason },
         ) => moved(InstanceState::Finished(cancelled(now)), attempt, reason),
         _ => return Err(illegal),
@@ -402,6 +446,7 @@ mod tests {
             StateKind::Dispatched => InstanceState::Dispatched(Dispatched { worker_id: worker("w1"), lease_expires_at: lease }),
             StateKind::Running => InstanceState::Running(Running { worker_id: worker("w1"), lease_expires_at: lease, started_at: now(), deadline_at: lease }),
             StateKind::Retrying => InstanceState::Retrying(Retrying { next_attempt_at: lease }),
+            StateKind::Sharded => InstanceState::Sharded(Sharded { total: 3 }),
             kind => InstanceState::Finished(Finished { kind, finished_at: now() }),
         }
     }
@@ -422,6 +467,11 @@ mod tests {
             Command::Expire { reason: "lease expired".into(), retry_at: Some(lease) },
             Command::NextAttempt,
             Command::Cancel { reason: "operator".into() },
+            Command::FanOut { total: 3 },
+            Command::Settle { outcome: StateKind::Succeeded, reason: String::new() },
+            Command::Settle { outcome: StateKind::Failed, reason: "shard 1 failed".into() },
+            Command::Settle { outcome: StateKind::Cancelled, reason: "shard 2 cancelled".into() },
+            Command::Settle { outcome: StateKind::Running, reason: String::new() },
         ]
     }
 
@@ -496,6 +546,19 @@ mod tests {
         .unwrap();
         assert_eq!(moved.state, InstanceState::Retrying(Retrying { next_attempt_at: due }));
         assert_eq!(moved.reason, "exit code 1");
+    }
+
+    #[test]
+    fn given_created_when_split_into_no_shards_then_it_is_refused() {
+        let snapshot = Snapshot { state: state_of(StateKind::Created), attempt: 1 };
+        assert!(apply(snapshot, Command::FanOut { total: 0 }, now()).is_err());
+    }
+
+    #[test]
+    fn given_sharded_when_settled_as_a_non_final_state_then_it_is_refused() {
+        let snapshot = Snapshot { state: state_of(StateKind::Sharded), attempt: 1 };
+        let err = apply(snapshot, Command::Settle { outcome: StateKind::Running, reason: String::new() }, now()).unwrap_err();
+        assert_eq!(err, TransitionError::Illegal { command: "settle", state: StateKind::Sharded });
     }
 
     #[test]

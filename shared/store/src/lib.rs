@@ -44,7 +44,8 @@ use tokio::sync::Notify;
 pub use error::StoreError;
 pub use leader::Fence;
 pub use instances::{
-    Applied, CreateOutcome, InstanceFilter, InstanceRecord, NewInstance, Overdue, Refusal, TransitionRecord, TransitionRequest,
+    Applied, CreateOutcome, InstanceFilter, InstanceRecord, NewInstance, Overdue, Refusal, ShardCounts, TransitionRecord,
+    TransitionRequest,
 };
 pub use outbox::OutboxRow;
 pub use tasks::{Registered, TaskRecord};

@@ -16,6 +16,10 @@ fn parse_id(id: &str) -> ApiResult<InstanceId> {
 pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
     let id = parse_id(&id)?;
     let instance = state.store.instance(&id).await?.ok_or_else(|| ApiError::not_found(format!("instance {id} does not exist")))?;
+    if instance.shards.is_some() {
+        let shards = state.store.shards_of(&id).await?;
+        return Ok(Json(views::firing(&instance, &shards)));
+    }
     Ok(Json(views::instance(&instance)))
 }
 

@@ -1,8 +1,10 @@
 //! `shell`: runs `execution.config.command` with `sh -c`.
 //!
 //! The command sees `AX_INSTANCE_ID`, `AX_TASK`, `AX_ATTEMPT`, `AX_TRACE_ID` and
-//! `AX_PARAMS` (the trigger's params as JSON). On timeout or cancellation it gets
-//! SIGTERM, then SIGKILL if it has not stopped four seconds later. Exit 0 is success; any other exit
+//! `AX_PARAMS` (the trigger's params as JSON); a shard also sees `AX_SHARD_INDEX`
+//! (0-based), `AX_SHARD_TOTAL` and `AX_FIRING_ID` (the firing's instance id). On
+//! timeout or cancellation it gets SIGTERM, then SIGKILL if it has not stopped four
+//! seconds later. Exit 0 is success; any other exit
 //! fails the attempt with the code and the end of stderr as the reason. Exit codes
 //! listed in `execution.config.abort_exit_codes` fail without retry. Every line the
 //! command writes to stdout or stderr becomes a task log line (`ax logs <instance>`).
@@ -47,6 +49,7 @@ async fn run(ctx: TaskContext) -> Result<Option<serde_json::Value>, TaskError> {
         .env("AX_ATTEMPT", ctx.attempt.to_string())
         .env("AX_TRACE_ID", ctx.trace_id.as_str())
         .env("AX_PARAMS", ctx.params.to_string())
+        .envs(shard_env(&ctx))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -120,4 +123,15 @@ async fn forward_lines(pipe: impl AsyncRead + Unpin, log: TaskLogger, stream: Lo
         tail.drain(..tail.len() - keep);
     }
     tail
+}
+/// The shard variables of a sharded or broadcast firing's shard; none otherwise.
+fn shard_env(ctx: &TaskContext) -> Vec<(&'static str, String)> {
+    match &ctx.shard {
+        Some(shard) => vec![
+            ("AX_SHARD_INDEX", shard.index.to_string()),
+            ("AX_SHARD_TOTAL", shard.total.to_string()),
+            ("AX_FIRING_ID", shard.parent_id.to_string()),
+        ],
+        None => Vec::new(),
+    }
 }

@@ -251,6 +251,26 @@ pub struct Sharding {
     pub total: u32,
 }
 
+/// How one firing of a task splits into shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardPlan {
+    /// `sharding.total` shards, each to a different worker while enough exist.
+    Fixed(u32),
+    /// `broadcast` without `sharding`: one shard per eligible worker at dispatch time.
+    PerWorker,
+}
+
+impl Dispatch {
+    /// `None` when a firing runs as one instance on one worker.
+    pub fn shard_plan(&self) -> Option<ShardPlan> {
+        match (&self.sharding, self.strategy) {
+            (Some(sharding), _) => Some(ShardPlan::Fixed(sharding.total)),
+            (None, DispatchStrategy::Broadcast) => Some(ShardPlan::PerWorker),
+            (None, _) => None,
+        }
+    }
+}
+
 /// Seed 4.2: the queue level an instance waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -6,6 +6,7 @@ FROM (
            ROW_NUMBER() OVER (PARTITION BY task_name ORDER BY finished_at DESC, id DESC) AS rn
     FROM instances
     WHERE state IN ('SUCCEEDED', 'FAILED') AND finished_at < ? AND finished_at >= ?
+      AND parent_id IS NULL  -- a firing's outcome, not each of its shards'
 ) latest
 WHERE rn <= ?
 ORDER BY task_name, rn

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use ax_domain::event::{Event, EventBody, InstanceTransitioned};
 use ax_domain::ids::{EventId, InstanceId, TaskId, TraceId};
+use ax_domain::shard::ShardOf;
 use ax_domain::state::StateKind;
 use ax_domain::task::{BlockingStrategy, Priority, TriggerKind};
 use ax_domain::Timestamp;
@@ -33,9 +34,11 @@ pub struct NewInstance {
     /// The task's `max_running_instances` and blocking strategy, when limited:
     /// decided under the task row's lock, so the count and the insert are atomic.
     pub concurrency: Option<(u32, BlockingStrategy)>,
+    /// Set on the shard instances a firing fans out into.
+    pub shard: Option<ShardOf>,
 }
 
-/// Instances per set of INSERT statements (18 placeholders each, far below MySQL's 65,535).
+/// Instances per set of INSERT statements (21 placeholders each, far below MySQL's 65,535).
 const CREATE_CHUNK: usize = 1000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +86,7 @@ impl Store {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        // A statement takes at most 65,535 placeholders and an instance row needs 18:
+        // A statement takes at most 65,535 placeholders and an instance row needs 21:
         // a large batch (a misfire catch-up of thousands of schedules, a backfill)
         // goes in pieces, still in the caller's one transaction. A trigger id that
         // repeats across pieces is found by the later piece's claim (same transaction).
@@ -170,6 +173,7 @@ impl Store {
                     trigger_type: new.trigger_type,
                     trigger_id: new.trigger_id.clone(),
                     trace_id: trace_id.clone(),
+                    shard: new.shard.clone(),
                 })
                 .collect();
             append_events(&mut *tx, self, &events, now).await?;
@@ -271,7 +275,8 @@ async fn insert_instances(
 ) -> Result<(), StoreError> {
     let mut insert = QueryBuilder::new(
         "INSERT INTO instances (id, created_at, task_id, task_name, task_version, state, attempt, seq, trigger_type, \
-         trigger_id, trace_id, params, payload_version, priority, due_at, finished_at, reason, updated_at) ",
+         trigger_id, trace_id, params, payload_version, priority, due_at, finished_at, reason, parent_id, shard_index, \
+         shard_total, updated_at) ",
     );
     insert.push_values(rows, |mut row, (new, id, trace_id, state, reason)| {
         let finished_at = state.is_final().then_some(now);
@@ -292,6 +297,9 @@ async fn insert_instances(
             .push_bind(new.due_at)
             .push_bind(finished_at)
             .push_bind(truncate(reason))
+            .push_bind(new.shard.as_ref().map(|s| s.parent_id.as_str().to_owned()))
+            .push_bind(new.shard.as_ref().map(|s| s.index))
+            .push_bind(new.shard.as_ref().map(|s| s.total))
             .push_bind(now);
     });
     insert.build().execute(conn).await.at("insert instances")?;
@@ -392,6 +400,7 @@ impl NewInstance {
             reason,
             operator: operator.to_owned(),
             concurrency: definition.concurrency.max_running_instances.map(|max| (max, definition.concurrency.blocking_strategy)),
+            shard: None,
         }
     }
 }
@@ -421,6 +430,7 @@ impl NewInstance {
             reason: String::new(),
             operator: operator.to_owned(),
             concurrency: definition.concurrency.max_running_instances.map(|m| (m, definition.concurrency.blocking_strategy)),
+            shard: None,
         }
     }
 }
@@ -434,6 +444,12 @@ impl Store {
     pub async fn rerun(&self, old: &InstanceId, operator: &str) -> Result<InstanceId, StoreError> {
         let refused = |reason: String| StoreError::Refused { field: "id".into(), reason };
         let previous = self.instance(old).await?.ok_or_else(|| refused(format!("instance {old} does not exist")))?;
+        if let Some(shard) = &previous.shard {
+            return Err(refused(format!(
+                "instance {old} is shard {} of firing {}; rerun the firing instead",
+                shard.index, shard.parent_id
+            )));
+        }
         if !previous.state.kind().is_final() {
             return Err(refused(format!("instance {old} is {}; only a finished instance can be rerun", previous.state.kind())));
         }

@@ -3,10 +3,12 @@
 mod create;
 mod query;
 mod release;
+mod shards;
 mod transition;
 
 use ax_domain::ids::{InstanceId, TaskId, TraceId, WorkerId};
-use ax_domain::state::{Created, Dispatched, Finished, InstanceState, Retrying, Running, StateKind, Waiting};
+use ax_domain::shard::ShardOf;
+use ax_domain::state::{Created, Dispatched, Finished, InstanceState, Retrying, Running, Sharded, StateKind, Waiting};
 use ax_domain::task::{Priority, TriggerKind};
 use ax_domain::Timestamp;
 use sqlx::FromRow;
@@ -46,7 +48,21 @@ pub struct InstanceRecord {
     pub progress: Option<(u8, String)>,
     /// The instance this one reruns, if it is a manual rerun.
     pub rerun_of: Option<InstanceId>,
+    /// Set when this instance is one shard of a sharded or broadcast firing.
+    pub shard: Option<ShardOf>,
+    /// Set on a firing that fanned out: how its shards are doing.
+    pub shards: Option<ShardCounts>,
     pub updated_at: Timestamp,
+}
+
+/// A fanned-out firing's shards, as counted under its row lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ShardCounts {
+    pub total: u32,
+    /// Not yet in a final state.
+    pub open: u32,
+    pub failed: u32,
+    pub cancelled: u32,
 }
 
 /// The columns of `instances`; [`InstanceRecord::try_from`] is the one place that
@@ -74,6 +90,12 @@ pub(crate) struct InstanceRow {
     progress_percent: Option<u8>,
     progress_message: Option<String>,
     rerun_of: Option<String>,
+    parent_id: Option<String>,
+    shard_index: Option<u32>,
+    shard_total: Option<u32>,
+    shards_open: Option<u32>,
+    shards_failed: u32,
+    shards_cancelled: u32,
     started_at: Option<Timestamp>,
     finished_at: Option<Timestamp>,
     reason: String,
@@ -83,7 +105,8 @@ pub(crate) struct InstanceRow {
 
 pub(crate) const INSTANCE_COLUMNS: &str = "id, created_at, task_id, task_name, task_version, state, attempt, seq, \
      trigger_type, trigger_id, trace_id, params, payload_version, priority, due_at, worker_id, lease_expires_at, \
-     deadline_at, progress_percent, progress_message, rerun_of, started_at, finished_at, reason, result, updated_at";
+     deadline_at, progress_percent, progress_message, rerun_of, parent_id, shard_index, shard_total, shards_open, \
+     shards_failed, shards_cancelled, started_at, finished_at, reason, result, updated_at";
 
 impl TryFrom<InstanceRow> for InstanceRecord {
     type Error = StoreError;
@@ -117,6 +140,10 @@ impl TryFrom<InstanceRow> for InstanceRecord {
                 InstanceState::Running(Running { worker_id, lease_expires_at, started_at, deadline_at })
             }
             StateKind::Retrying => InstanceState::Retrying(Retrying { next_attempt_at: row.due_at }),
+            StateKind::Sharded => {
+                let total = row.shard_total.ok_or_else(|| corrupt("SHARDED without shard_total".into()))?;
+                InstanceState::Sharded(Sharded { total })
+            }
             kind => InstanceState::Finished(Finished { kind, finished_at: row.finished_at.unwrap_or(row.updated_at) }),
         };
         Ok(Self {
@@ -142,6 +169,21 @@ impl TryFrom<InstanceRow> for InstanceRecord {
             result: row.result.as_deref().map(serde_json::from_str).transpose().map_err(|e| corrupt(format!("result: {e}")))?,
             progress: row.progress_percent.map(|p| (p, row.progress_message.clone().unwrap_or_default())),
             rerun_of: row.rerun_of.as_deref().and_then(|r| r.parse().ok()),
+            shard: match (row.parent_id.as_deref(), row.shard_index, row.shard_total) {
+                (Some(parent), Some(index), Some(total)) => Some(ShardOf {
+                    parent_id: parent.parse().map_err(|e: ax_domain::ids::InvalidId| corrupt(format!("parent_id: {e}")))?,
+                    index,
+                    total,
+                }),
+                (None, _, _) => None,
+                _ => return Err(corrupt("shard without index or total".into())),
+            },
+            shards: match (row.parent_id.as_deref(), row.shard_total, row.shards_open) {
+                (None, Some(total), Some(open)) => {
+                    Some(ShardCounts { total, open, failed: row.shards_failed, cancelled: row.shards_cancelled })
+                }
+                _ => None,
+            },
             updated_at: row.updated_at,
         })
     }

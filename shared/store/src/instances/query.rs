@@ -206,3 +206,37 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 }
+
+impl Store {
+    /// Per firing, the workers that hold (DISPATCHED or RUNNING) one of its shards.
+    pub async fn shard_holders(
+        &self,
+        firings: &[&InstanceId],
+    ) -> Result<std::collections::HashMap<InstanceId, std::collections::HashSet<String>>, StoreError> {
+        let mut holders: std::collections::HashMap<InstanceId, std::collections::HashSet<String>> = Default::default();
+        if firings.is_empty() {
+            return Ok(holders);
+        }
+        let mut query = QueryBuilder::new("SELECT parent_id, worker_id FROM instances WHERE parent_id IN (");
+        let mut list = query.separated(", ");
+        for id in firings {
+            list.push_bind(id.as_str().to_owned());
+        }
+        query.push(") AND state IN ('DISPATCHED', 'RUNNING')");
+        let rows: Vec<(String, Option<String>)> = query.build_query_as().fetch_all(&self.pool).await.at("list shard holders")?;
+        for (parent, worker) in rows {
+            if let (Ok(parent), Some(worker)) = (parent.parse(), worker) {
+                holders.entry(parent).or_default().insert(worker);
+            }
+        }
+        Ok(holders)
+    }
+
+    /// The shards of a fanned-out firing, by index.
+    pub async fn shards_of(&self, firing: &InstanceId) -> Result<Vec<InstanceRecord>, StoreError> {
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE parent_id = ? ORDER BY shard_index");
+        let rows: Vec<InstanceRow> =
+            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(firing.as_str()).fetch_all(&self.pool).await.at("list shards")?;
+        rows.into_iter().map(InstanceRecord::try_from).collect()
+    }
+}

@@ -9,7 +9,8 @@ use ax_domain::Timestamp;
 use sqlx::QueryBuilder;
 
 use super::create::{append_events, truncate};
-use super::{InstanceRecord, InstanceRow, INSTANCE_COLUMNS};
+use super::shards::ShardWork;
+use super::{InstanceRecord, InstanceRow, ShardCounts, INSTANCE_COLUMNS};
 use crate::error::{retry_busy, Context, StoreError};
 use crate::leader::{check_fence, Fence};
 use crate::Store;
@@ -112,6 +113,7 @@ impl Store {
 
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut events = Vec::new();
+        let mut shard_work = ShardWork::default();
         for request in batch {
             let Some(before) = current.get(&request.instance_id) else {
                 outcomes.push(Err(Refusal::NotFound));
@@ -127,6 +129,7 @@ impl Store {
             };
             let after = next_record(before, &moved.state, moved.attempt, &moved.reason, request.result.clone(), now);
             write_guarded(&mut *tx, before, &after).await?;
+            shard_work.note(before, &after, &request.command, &request.operator);
             let event = InstanceTransitioned {
                 task: after.task_name.clone(),
                 task_version: after.task_version,
@@ -141,6 +144,7 @@ impl Store {
                 trigger_type: after.trigger_type,
                 trigger_id: after.trigger_id.clone(),
                 trace_id: after.trace_id.clone(),
+                shard: after.shard.clone(),
             };
             events.push(event.clone());
             current.insert(after.id.clone(), after.clone());
@@ -148,6 +152,9 @@ impl Store {
         }
         if !events.is_empty() {
             append_events(&mut *tx, self, &events, now).await?;
+        }
+        if !shard_work.is_empty() {
+            self.follow_shards(&mut *tx, shard_work).await?;
         }
         Ok(outcomes)
     }
@@ -175,6 +182,9 @@ fn next_record(
         InstanceState::Running(running) => after.started_at = Some(running.started_at),
         InstanceState::Retrying(retrying) => after.due_at = retrying.next_attempt_at,
         InstanceState::Finished(finished) => after.finished_at = Some(finished.finished_at),
+        InstanceState::Sharded(sharded) => {
+            after.shards = Some(ShardCounts { total: sharded.total, open: sharded.total, failed: 0, cancelled: 0 });
+        }
         _ => {}
     }
     if result.is_some() {
