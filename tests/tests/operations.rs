@@ -153,3 +153,47 @@ async fn the_http_handler_calls_out_and_judges_the_status() {
     scheduler.stop().await;
     env.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_side_effect_under_once_runs_a_single_time_across_retries() {
+    let env = TestEnv::new().await;
+    let _scheduler = env.start_scheduler(env.config(&["--lease", "6s", "--heartbeat-interval", "1s"]));
+    let charges = Arc::new(AtomicU32::new(0));
+    let handler = {
+        let charges = charges.clone();
+        ax_worker::handler_fn(move |ctx: ax_worker::TaskContext| {
+            let charges = charges.clone();
+            async move {
+                let receipt = ctx
+                    .once("charge", || async {
+                        let n = charges.fetch_add(1, Ordering::SeqCst) + 1;
+                        Ok(json!({ "receipt": n }))
+                    })
+                    .await?;
+                // The step after the side effect fails on the first attempt.
+                if ctx.attempt == 1 {
+                    return Err(ax_worker::TaskError::retry("mail server down after charging"));
+                }
+                Ok(Some(receipt))
+            }
+        })
+    };
+    let _worker = env.start_worker(env.config(&["--lease", "6s", "--heartbeat-interval", "1s"]), vec![("charge", handler)]);
+    env.register(json!({
+        "task_name": "charge_once", "owner": "tests",
+        "execution": {"handler": "charge", "retry": {"max_attempts": 3, "backoff": "fixed", "initial_interval_sec": 1}}
+    }))
+    .await;
+    let (status, body) = env.call("POST", "/api/v1/tasks/charge_once/trigger", Some(json!({}))).await;
+    assert!(status.is_success(), "{body}");
+    let id = body["instance_id"].as_str().unwrap().to_owned();
+    let done = eventually(Duration::from_secs(20), "the second attempt to succeed", || async {
+        let (state, record) = state_of(&env, &id).await;
+        state.is_final().then_some(record)
+    })
+    .await;
+    assert_eq!((done.state.kind(), done.attempt), (StateKind::Succeeded, 2), "{}", done.reason);
+    assert_eq!(charges.load(Ordering::SeqCst), 1, "the charge ran once across two attempts");
+    assert_eq!(done.result, Some(json!({ "receipt": 1 })), "attempt 2 got attempt 1's recorded result");
+    env.cleanup().await;
+}

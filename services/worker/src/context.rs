@@ -35,13 +35,18 @@ pub struct TaskContext {
     pub(crate) reporter: Option<Reporter>,
 }
 
-/// Sends progress for one attempt.
+/// Sends progress for one attempt, and keeps the records of `once`.
 #[derive(Clone)]
 pub(crate) struct Reporter {
     pub client: async_nats::Client,
     pub subject: String,
     pub worker_id: WorkerId,
+    pub records: ax_queue::ExecutionGuards,
+    pub names: ax_domain::subjects::Names,
 }
+
+/// How long `once` remembers a side effect: longer than any retry schedule.
+const SIDE_EFFECT_MEMORY: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
 impl std::fmt::Debug for Reporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,6 +77,40 @@ impl TaskContext {
     /// (seed 4.1: the scheduler retries, the business stays idempotent).
     pub fn idempotency_key(&self, scope: &str) -> String {
         format!("{}:{scope}", self.instance_id)
+    }
+
+    /// Runs the side effect `scope` of this instance at most once across its
+    /// attempts: once it has succeeded, later attempts get its recorded result
+    /// without running it again. A failed run records nothing.
+    ///
+    /// The record lives in Redis for seven days, so a Redis flush forgets it, and a
+    /// worker that dies between the effect and the record runs it again on the
+    /// next attempt. Where that must never happen, also pass
+    /// [`TaskContext::idempotency_key`] to the downstream system.
+    ///
+    /// # Errors
+    /// The side effect's own error, or a retryable one when the record cannot be
+    /// read (running blind could repeat the effect).
+    pub async fn once<F, Fut>(&self, scope: &str, run: F) -> Result<serde_json::Value, TaskError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<serde_json::Value, TaskError>>,
+    {
+        let Some(reporter) = &self.reporter else { return run().await };
+        let key = reporter.names.side_effect(self.instance_id.as_str(), scope);
+        match reporter.records.recall(&key).await {
+            Ok(Some(recorded)) => {
+                return serde_json::from_str(&recorded)
+                    .map_err(|e| TaskError::abort(format!("side effect {scope:?} has an unreadable record: {e}")));
+            }
+            Ok(None) => {}
+            Err(err) => return Err(TaskError::retry(format!("cannot check whether side effect {scope:?} already ran: {err}"))),
+        }
+        let result = run().await?;
+        if let Err(err) = reporter.records.remember(&key, &result.to_string(), SIDE_EFFECT_MEMORY).await {
+            tracing::warn!(instance_id = %self.instance_id, scope, error = %err, "side effect ran but could not be recorded; a retry would run it again");
+        }
+        Ok(result)
     }
 
     /// A context for calling a handler outside a worker (tests, tools).

@@ -494,7 +494,13 @@ async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: Cance
         cancellation: cancel.clone(),
         shard: assignment.shard.clone(),
         log: log.clone(),
-        reporter: Some(Reporter { client: shared.bus.client.clone(), subject: shared.bus.names.progress(), worker_id: shared.worker_id.clone() }),
+        reporter: Some(Reporter {
+            client: shared.bus.client.clone(),
+            subject: shared.bus.names.progress(),
+            worker_id: shared.worker_id.clone(),
+            records: shared.guards.clone(),
+            names: shared.bus.names.clone(),
+        }),
     };
     let timeout = Duration::from_secs(assignment.timeout_sec);
     let mut run = entry.handler.run(ctx);

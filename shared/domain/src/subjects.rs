@@ -134,6 +134,11 @@ impl Names {
         format!("{}:guard:task:{task}", self.root)
     }
 
+    /// Redis: the recorded result of an instance's side effect `scope` (`ctx.once`).
+    pub fn side_effect(&self, instance: &str, scope: &str) -> String {
+        format!("{}:once:{instance}:{scope}", self.root)
+    }
+
     /// Redis: present while the current leader's view of Redis is intact; a flush
     /// removes it and tells the leader to rebuild queues from MySQL.
     pub fn redis_sentinel(&self) -> String {

@@ -268,6 +268,22 @@ impl ExecutionGuards {
     }
 }
 
+impl ExecutionGuards {
+    /// The recorded result of a side effect, if one was recorded.
+    pub async fn recall(&self, key: &str) -> Result<Option<String>, QueueError> {
+        let mut conn = self.conn.clone();
+        conn.get(key).await.map_err(|source| QueueError::Command { what: "read side effect record", source })
+    }
+
+    /// Records that a side effect happened, with its result, for `ttl`.
+    pub async fn remember(&self, key: &str, result: &str, ttl: Duration) -> Result<(), QueueError> {
+        let mut conn = self.conn.clone();
+        conn.set_ex::<_, _, ()>(key, result, ttl.as_secs().max(1))
+            .await
+            .map_err(|source| QueueError::Command { what: "record side effect", source })
+    }
+}
+
 impl WorkerInbox {
     /// Takes whatever is still queued for this worker without waiting (to hand it
     /// back on shutdown).
