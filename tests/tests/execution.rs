@@ -327,3 +327,44 @@ async fn a_worker_shutting_down_hands_its_work_back_for_at_once_redispatch() {
     scheduler.stop().await;
     env.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn work_taken_ahead_waits_past_a_lease_without_expiring_and_never_overlaps() {
+    let env = TestEnv::new().await;
+    let scheduler = env.start_scheduler(env.config(&FAST_LEASE));
+    let log = RunLog::default();
+    // One slot, one taken ahead; each run outlasts the 6 s lease.
+    let worker = env.start_worker(
+        env.config(&["--worker-id", "ahead", "--max-running", "1", "--prefetch", "1", FAST_LEASE[0], FAST_LEASE[1], FAST_LEASE[2], FAST_LEASE[3]]),
+        vec![("record", recording_handler(log.clone(), 7_000))],
+    );
+    env.register(json!({"task_name": "long_ones", "owner": "tests", "execution": {"handler": "record", "timeout": 60,
+        "retry": {"max_attempts": 1}}}))
+    .await;
+    let first = fire(&env, "long_ones", "one", TriggerRequest::default()).await;
+    let second = fire(&env, "long_ones", "two", TriggerRequest::default()).await;
+    let held = eventually(Duration::from_secs(10), "both held by the worker", || async {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE worker_id = 'ahead' AND state IN ('DISPATCHED', 'RUNNING')")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap();
+        (n == 2).then_some(n)
+    })
+    .await;
+    assert_eq!(held, 2, "max_running 1 + prefetch 1");
+    eventually(Duration::from_secs(30), "both to succeed", || async {
+        (count_in_state(&env, "long_ones", "SUCCEEDED").await == 2).then_some(())
+    })
+    .await;
+    for id in [&first, &second] {
+        assert_eq!(instance(&env, id).await.attempt, 1, "the one waiting 7 s behind the other kept its lease");
+    }
+    let runs = log.lock().unwrap().clone();
+    assert_eq!(runs.len(), 2);
+    let (a, b) = (&runs[0], &runs[1]);
+    assert!(b.1 >= a.2 || a.1 >= b.2, "one slot: the runs did not overlap");
+    println!("taken ahead: second run started {:.2} s after the first ended", b.1.saturating_duration_since(a.2).as_secs_f64());
+    worker.stop().await;
+    scheduler.stop().await;
+    env.cleanup().await;
+}

@@ -154,6 +154,7 @@ mod tests {
             cpu_cores: 2,
             running,
             max_running: 4,
+            prefetch: 0,
             memory_used_bytes: 0,
             sent_at: ax_domain::now(),
             leaving,

@@ -29,6 +29,9 @@ use crate::registry::{eligible, WorkerEntry};
 use crate::{metrics, Shared};
 
 const BATCH: u32 = 512;
+/// The fewest due instances a pass reads: firings that fan out and instances no
+/// live worker can take still need to be seen while every slot is busy.
+const MIN_READ: u32 = 32;
 /// How often waiting instances are checked for slots without a wake-up.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -112,12 +115,16 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<PassResult> {
     let now = ax_domain::now();
     release_due_retries(shared, term, now).await?;
 
-    let due = store.due_instances(now, BATCH).await?;
+    let workers = shared.registry.alive_workers(now);
+    let mut load: HashMap<String, u32> = store.held_by_worker().await?.into_iter().collect();
+    // Read only as many due instances as the pool could take (plus some, for ones
+    // that only certain workers may run): a backlog of thousands behind 16 free
+    // slots costs 16-odd rows a pass, not a full batch.
+    let free: u32 = workers.iter().map(|w| capacity(w).saturating_sub(load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0))).sum();
+    let due = store.due_instances(now, free.saturating_mul(2).clamp(MIN_READ, BATCH)).await?;
     if due.is_empty() {
         return Ok(PassResult::default());
     }
-    let workers = shared.registry.alive_workers(now);
-    let mut load: HashMap<String, u32> = store.held_by_worker().await?.into_iter().collect();
     let firings: Vec<&InstanceId> = due.iter().filter_map(|i| i.shard.as_ref().map(|s| &s.parent_id)).collect();
     // Per firing, the workers holding one of its shards: the others are preferred.
     let mut shard_holders: HashMap<InstanceId, HashSet<String>> = store.shard_holders(&firings).await?;
@@ -154,7 +161,7 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<PassResult> {
             }
         }
         let held = |w: &&WorkerEntry| load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0);
-        let open: Vec<&WorkerEntry> = eligible_workers.iter().copied().filter(|w| held(w) < w.heartbeat.max_running).collect();
+        let open: Vec<&WorkerEntry> = eligible_workers.iter().copied().filter(|w| held(w) < capacity(w)).collect();
         // A shard goes to a worker without a sibling while one has room.
         let siblings = instance.shard.as_ref().and_then(|s| shard_holders.get(&s.parent_id));
         let apart: Vec<&WorkerEntry> =
@@ -224,6 +231,11 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<PassResult> {
         ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "queue_push").increment(1);
     }
     Ok(result)
+}
+
+/// How many instances a worker may hold: its slots plus what it takes ahead.
+fn capacity(worker: &WorkerEntry) -> u32 {
+    worker.heartbeat.max_running.saturating_add(worker.heartbeat.prefetch)
 }
 
 /// RETRYING instances whose back-off has passed begin their next attempt.

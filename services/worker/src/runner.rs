@@ -118,9 +118,15 @@ struct Shared {
     worker_id: WorkerId,
     handlers: Arc<HashMap<String, HandlerEntry>>,
     handler_names: Vec<String>,
+    /// Handlers running at once (`max_running`).
     slots: Arc<Semaphore>,
+    /// Assignments taken from Redis and not yet ended: `max_running + prefetch`.
+    taken: Arc<Semaphore>,
     max_running: u32,
     running: Arc<Mutex<HashMap<String, Running>>>,
+    /// Taken ahead of a free slot, waiting for one: instance → attempt. Their
+    /// leases are renewed with the running ones.
+    waiting: Arc<Mutex<HashMap<String, u32>>>,
     guards: ExecutionGuards,
     logs: LogShipper,
 }
@@ -166,8 +172,10 @@ impl Worker {
             handlers: self.handlers.clone(),
             handler_names: handler_names.clone(),
             slots: Arc::new(Semaphore::new(max_running as usize)),
+            taken: Arc::new(Semaphore::new((max_running + self.config.worker.prefetch) as usize)),
             max_running,
             running: Arc::default(),
+            waiting: Arc::default(),
             guards: ExecutionGuards::connect(&redis_url).await.context("connecting to Redis")?,
             logs: start_log_shipper(&bus, &self.config),
         };
@@ -183,19 +191,34 @@ impl Worker {
             let permit = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
-                permit = shared.slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+                permit = shared.taken.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
             };
             // Not raced against shutdown: a pop abandoned mid-flight could lose what
             // Redis already handed over. It returns within POP_WAIT anyway.
             match inbox.pop(POP_WAIT).await {
                 Ok(Some(assignment)) => {
                     let shared = shared.clone();
+                    let shutdown = shutdown.clone();
                     // One id finds everything about a run: the worker's own log lines carry it too.
                     let span = tracing::info_span!("attempt", instance_id = %assignment.instance_id, attempt = assignment.attempt, trace_id = %assignment.trace_id);
                     in_flight.spawn(
                         async move {
-                            execute(&shared, assignment).await;
-                            drop(permit);
+                            let key = assignment.instance_id.as_str().to_owned();
+                            shared.waiting.lock().expect("waiting lock").insert(key.clone(), assignment.attempt);
+                            let slot = tokio::select! {
+                                biased;
+                                slot = shared.slots.clone().acquire_owned() => Some(slot.expect("the semaphore is never closed")),
+                                _ = shutdown.cancelled() => None,
+                            };
+                            shared.waiting.lock().expect("waiting lock").remove(&key);
+                            match slot {
+                                Some(slot) => execute(&shared, assignment, slot, permit).await,
+                                // Taken ahead and never started: straight back for another worker.
+                                None => {
+                                    drop(permit);
+                                    report(&shared, &assignment, Outcome::HandedBack).await;
+                                }
+                            }
                         }
                         .instrument(span),
                     );
@@ -253,6 +276,7 @@ fn heartbeat(shared: &Shared, leaving: bool) -> Heartbeat {
         cpu_cores: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1),
         running: shared.max_running - shared.slots.available_permits() as u32,
         max_running: shared.max_running,
+        prefetch: shared.config.worker.prefetch,
         memory_used_bytes: resident_memory_bytes(),
         sent_at: ax_domain::now(),
         leaving,
@@ -332,13 +356,14 @@ async fn refresh_guards(shared: &Shared) {
 }
 
 async fn renew(shared: &Shared) -> Option<LeaseRenewed> {
-    let held: Vec<(ax_domain::ids::InstanceId, u32)> = shared
+    let mut held: Vec<(ax_domain::ids::InstanceId, u32)> = shared
         .running
         .lock()
         .expect("running lock")
         .iter()
         .filter_map(|(id, r)| Some((id.parse().ok()?, r.attempt)))
         .collect();
+    held.extend(shared.waiting.lock().expect("waiting lock").iter().filter_map(|(id, attempt)| Some((id.parse().ok()?, *attempt))));
     let request = LeaseRenewal { worker_id: shared.worker_id.clone(), held };
     let body: bytes::Bytes = serde_json::to_vec(&request).expect("renewals serialize").into();
     let answer = tokio::time::timeout(REPORT_TIMEOUT, shared.bus.client.request(shared.bus.names.lease_renewal(), body)).await;
@@ -378,7 +403,10 @@ async fn cancellation_loop(shared: Shared, stop: CancellationToken) {
 /// Runs one attempt: guards, RUNNING, the handler only if the scheduler agreed,
 /// guards released, then the outcome reported (released first, so whoever takes the
 /// instance next finds them free).
-async fn execute(shared: &Shared, assignment: Assignment) {
+///
+/// The slot and the taken permit are given up as soon as the handler ends: the
+/// outcome's round trip to MySQL is not work this worker must wait for.
+async fn execute(shared: &Shared, assignment: Assignment, slot: tokio::sync::OwnedSemaphorePermit, taken: tokio::sync::OwnedSemaphorePermit) {
     let key = assignment.instance_id.as_str().to_owned();
     let cancel = CancellationToken::new();
     let holder = format!("{}#{}", shared.worker_id, assignment.attempt);
@@ -392,6 +420,8 @@ async fn execute(shared: &Shared, assignment: Assignment) {
                 .expect("running lock")
                 .insert(key.clone(), Running { attempt: assignment.attempt, cancel: cancel.clone(), guards: guards.clone(), holder: holder.clone() });
             let outcome = execute_attempt(shared, &assignment, cancel, &log).await;
+            drop(slot);
+            drop(taken);
             ran = Some(log);
             shared.running.lock().expect("running lock").remove(&key);
             for guard in &guards {

@@ -21,6 +21,10 @@ pub struct Heartbeat {
     pub cpu_cores: u32,
     pub running: u32,
     pub max_running: u32,
+    /// Assignments it takes ahead of a free slot: the dispatcher gives it up to
+    /// `max_running + prefetch` at once.
+    #[serde(default)]
+    pub prefetch: u32,
     pub memory_used_bytes: u64,
     pub sent_at: Timestamp,
     /// The worker is shutting down: dispatch nothing more to it.

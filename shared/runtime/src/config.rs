@@ -198,6 +198,13 @@ pub struct WorkerConfig {
     /// Instances this worker runs at once.
     #[arg(long, global = true, env = "AX_WORKER_MAX_RUNNING", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_running: u32,
+    /// Assignments taken ahead of a free slot, so the next one is at hand when a
+    /// handler ends (the scheduler counts them against this worker). Their leases
+    /// are renewed like running ones. 0 keeps a worker from holding work it cannot
+    /// start yet, which suits long jobs; short jobs run faster with it at
+    /// `max_running`.
+    #[arg(long, global = true, env = "AX_WORKER_PREFETCH", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub prefetch: u32,
     #[arg(long, global = true, env = "AX_HEARTBEAT_INTERVAL", default_value = "10s")]
     pub heartbeat_interval: Span,
     /// On shutdown, how long running attempts may take to finish before they are
@@ -315,6 +322,7 @@ impl Config {
         line("group", self.worker.group.clone());
         line("tags", self.worker.tags.clone());
         line("max_running", self.worker.max_running.to_string());
+        line("prefetch", self.worker.prefetch.to_string());
         line("heartbeat_interval", self.worker.heartbeat_interval.to_string());
         line("drain", self.worker.drain.to_string());
         line("log", self.log.log.clone());
