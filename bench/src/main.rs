@@ -164,7 +164,7 @@ async fn main() -> ExitCode {
 fn placement() -> Vec<(&'static str, &'static str)> {
     vec![
         ("scheduler", "process: target/release/ax scheduler, one per scenario (two in 5b failover)"),
-        ("workers, scenarios 1–3", "2 processes: target/release/ax worker --max-running 8 (built-in noop handler)"),
+        ("workers, scenarios 1–3", "2 processes: target/release/ax worker --max-running 8 --prefetch 8 (built-in noop handler)"),
         ("workers, scenario 5a", "2 processes: ax-bench worker --max-running 8 (SDK, sleep handler); one kill -9ed, a new one started 3 s later"),
         ("trigger client, MySQL reads, clocks", "in-process (ax-bench)"),
         ("cron registration and relay of its events", "in-process, before the scheduler process starts (Store::register_task, ax_scheduler::relay::pass)"),

@@ -1,5 +1,5 @@
 //! The stage scenarios 1–3 share: one sandbox, one `ax scheduler` process and two
-//! `ax worker --max-running 8` processes (the built-in no-op handler), warmed up.
+//! `ax worker --max-running 8 --prefetch 8` processes (the built-in no-op handler), warmed up.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -43,7 +43,9 @@ impl Stage {
         let slots = SLOTS.to_string();
         let mut workers = Vec::new();
         for i in 0..WORKERS {
-            workers.push(env.spawn(&format!("worker{i}"), &ctx.ax, &["worker", "--max-running", &slots])?);
+            // 8 slots each, and 8 assignments taken ahead so a freed slot never waits for
+            // the dispatcher's round trip (AX_WORKER_PREFETCH; concurrency stays 8).
+            workers.push(env.spawn(&format!("worker{i}"), &ctx.ax, &["worker", "--max-running", &slots, "--prefetch", &slots])?);
         }
         let mut seen = HashSet::new();
         tokio::time::timeout(Duration::from_secs(30), async {

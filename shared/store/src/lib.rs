@@ -18,6 +18,7 @@
 //! - [`audit`]: the audit trail across instances (audit API, `ax audit verify`)
 //! - [`health`]: the task health report's numbers
 //! - [`monitoring`]: the monitor's gauges and rule inputs
+//! - `shapes`: batch statements padded or cut to a few sizes (why: see the module)
 //! - `queries/`: the SQL, one file per statement
 
 pub mod chains;
@@ -31,6 +32,7 @@ pub mod logs;
 pub mod monitoring;
 pub mod outbox;
 pub mod schedules;
+mod shapes;
 pub mod tasks;
 
 use std::str::FromStr;
@@ -49,6 +51,10 @@ pub use instances::{
 };
 pub use outbox::OutboxRow;
 pub use tasks::{Registered, TaskRecord};
+
+/// Prepared statements kept per connection: about a dozen batch statements in
+/// eleven sizes each, plus the fixed ones.
+const STATEMENT_CACHE: usize = 256;
 
 /// The one migrator, shared by services and tests.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -80,7 +86,12 @@ impl Store {
     /// The pool retires idle connections before MySQL would.
     pub async fn connect_with_idle_limit(url: &str, max_connections: u32, names: Names, idle_limit_sec: Option<u32>) -> Result<Self, StoreError> {
         let options = MySqlConnectOptions::from_str(url).map_err(StoreError::Connect)?;
-        let options = options.timezone(Some("+00:00".to_owned())).log_statements(tracing::log::LevelFilter::Trace);
+        // Room for every shape of every batch statement (see `shapes`), so the cache
+        // never evicts on the hot path.
+        let options = options
+            .timezone(Some("+00:00".to_owned()))
+            .statement_cache_capacity(STATEMENT_CACHE)
+            .log_statements(tracing::log::LevelFilter::Trace);
         if let Some(database) = options.get_database().map(str::to_owned) {
             create_database_if_missing(url, &database).await?;
         }

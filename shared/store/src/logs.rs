@@ -105,7 +105,7 @@ impl Store {
         retry_busy(|| async {
             let mut tx = self.pool.begin().await.at("begin insert logs")?;
             let mut inserted = 0;
-            for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            for chunk in rows.chunks(ROWS_PER_STATEMENT).flat_map(crate::shapes::pieces) {
                 let mut insert = QueryBuilder::new(
                     "INSERT IGNORE INTO instance_logs (instance_id, attempt, worker_id, seq, task_name, trace_id, level, stream, message, ts, received_at) ",
                 );

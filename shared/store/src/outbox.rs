@@ -31,7 +31,7 @@ impl Store {
         }
         let mut query = QueryBuilder::new("DELETE FROM outbox WHERE id IN (");
         let mut list = query.separated(", ");
-        for id in ids {
+        for id in crate::shapes::padded(ids) {
             list.push_bind(*id);
         }
         query.push(")");

@@ -174,7 +174,7 @@ impl Store {
             "SELECT id, name, version, enabled, definition, created_at, updated_at, deleted_at FROM tasks WHERE deleted_at IS NULL AND name IN (",
         );
         let mut list = query.separated(", ");
-        for name in names {
+        for name in crate::shapes::padded(names) {
             list.push_bind(name.to_string());
         }
         query.push(")");

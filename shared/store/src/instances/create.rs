@@ -11,6 +11,7 @@ use ax_domain::Timestamp;
 use sqlx::{MySqlConnection, QueryBuilder};
 
 use crate::error::{retry_busy, Context, StoreError};
+use crate::shapes::{padded, pieces};
 use crate::Store;
 
 /// One instance to create.
@@ -110,19 +111,21 @@ impl Store {
             }
         }
 
-        let mut claim = QueryBuilder::new("INSERT INTO instance_triggers (task_id, trigger_id, instance_id, created_at) ");
-        claim.push_values(&unique, |mut row, &index| {
-            row.push_bind(batch[index].task_id.as_str().to_owned())
-                .push_bind(batch[index].trigger_id.clone())
-                .push_bind(fresh_ids[index].as_str().to_owned())
-                .push_bind(now);
-        });
-        claim.push(" ON DUPLICATE KEY UPDATE instance_id = instance_id");
-        claim.build().execute(&mut *tx).await.at("claim trigger ids")?;
+        for piece in pieces(&unique) {
+            let mut claim = QueryBuilder::new("INSERT INTO instance_triggers (task_id, trigger_id, instance_id, created_at) ");
+            claim.push_values(piece, |mut row, &index| {
+                row.push_bind(batch[index].task_id.as_str().to_owned())
+                    .push_bind(batch[index].trigger_id.clone())
+                    .push_bind(fresh_ids[index].as_str().to_owned())
+                    .push_bind(now);
+            });
+            claim.push(" ON DUPLICATE KEY UPDATE instance_id = instance_id");
+            claim.build().execute(&mut *tx).await.at("claim trigger ids")?;
+        }
 
         let mut owners = QueryBuilder::new("SELECT task_id, trigger_id, instance_id FROM instance_triggers WHERE (task_id, trigger_id) IN (");
         let mut list = owners.separated(", ");
-        for &index in &unique {
+        for &index in padded(&unique) {
             list.push("(")
                 .push_bind_unseparated(batch[index].task_id.as_str().to_owned())
                 .push_unseparated(", ")
@@ -273,6 +276,17 @@ async fn insert_instances(
     rows: &[(&NewInstance, &InstanceId, TraceId, StateKind, String)],
     now: Timestamp,
 ) -> Result<(), StoreError> {
+    for piece in pieces(rows) {
+        insert_instance_rows(&mut *conn, piece, now).await?;
+    }
+    Ok(())
+}
+
+async fn insert_instance_rows(
+    conn: &mut MySqlConnection,
+    rows: &[(&NewInstance, &InstanceId, TraceId, StateKind, String)],
+    now: Timestamp,
+) -> Result<(), StoreError> {
     let mut insert = QueryBuilder::new(
         "INSERT INTO instances (id, created_at, task_id, task_name, task_version, state, attempt, seq, trigger_type, \
          trigger_id, trace_id, params, payload_version, priority, due_at, finished_at, reason, parent_id, shard_index, \
@@ -314,10 +328,23 @@ pub(crate) async fn append_events(
     now: Timestamp,
 ) -> Result<(), StoreError> {
     let ids: Vec<EventId> = events.iter().map(|_| EventId::generate()).collect();
+    let rows: Vec<(&InstanceTransitioned, EventId)> = events.iter().zip(ids).collect();
+    for piece in pieces(&rows) {
+        append_event_rows(&mut *conn, store, piece, now).await?;
+    }
+    Ok(())
+}
+
+async fn append_event_rows(
+    conn: &mut MySqlConnection,
+    store: &Store,
+    rows: &[(&InstanceTransitioned, EventId)],
+    now: Timestamp,
+) -> Result<(), StoreError> {
     let mut audit = QueryBuilder::new(
         "INSERT INTO instance_transitions (instance_id, seq, event_id, task_name, attempt, from_state, to_state, operator, reason, worker_id, created_at) ",
     );
-    audit.push_values(events.iter().zip(&ids), |mut row, (e, id)| {
+    audit.push_values(rows, |mut row, (e, id)| {
         row.push_bind(e.instance_id.as_str().to_owned())
             .push_bind(e.seq)
             .push_bind(id.as_str().to_owned())
@@ -333,9 +360,9 @@ pub(crate) async fn append_events(
     audit.build().execute(&mut *conn).await.at("append audit rows")?;
 
     let mut outbox = QueryBuilder::new("INSERT INTO outbox (event_id, subject, task_name, instance_id, state, payload, created_at) ");
-    outbox.push_values(events.iter().zip(ids), |mut row, (e, id)| {
+    outbox.push_values(rows, |mut row, (e, id)| {
         let subject = store.names.instance_event(&e.task, e.to);
-        let event = Event { id: id.clone(), time: now, body: EventBody::InstanceTransitioned(e.clone()) };
+        let event = Event { id: id.clone(), time: now, body: EventBody::InstanceTransitioned((*e).clone()) };
         row.push_bind(id.as_str().to_owned())
             .push_bind(subject)
             .push_bind(e.task.clone())

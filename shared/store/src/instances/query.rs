@@ -161,7 +161,7 @@ impl Store {
         let mut still = QueryBuilder::new("SELECT id, attempt FROM instances WHERE worker_id = ");
         still.push_bind(worker.to_owned()).push(" AND state IN ('DISPATCHED', 'RUNNING') AND id IN (");
         let mut list = still.separated(", ");
-        for (id, _) in held {
+        for (id, _) in crate::shapes::padded(held) {
             list.push_bind(id.as_str().to_owned());
         }
         still.push(")");
@@ -181,8 +181,8 @@ impl Store {
             renew.push_bind(until).push(" WHERE worker_id = ").push_bind(worker.to_owned());
             renew.push(" AND state IN ('DISPATCHED', 'RUNNING') AND lease_expires_at < ").push_bind(until).push(" AND id IN (");
             let mut list = renew.separated(", ");
-            for id in kept {
-                list.push_bind(id);
+            for id in crate::shapes::padded(&kept) {
+                list.push_bind(id.clone());
             }
             renew.push(")");
             renew.build().execute(&self.pool).await.at("renew held leases")?;
@@ -219,7 +219,7 @@ impl Store {
         }
         let mut query = QueryBuilder::new("SELECT parent_id, worker_id FROM instances WHERE parent_id IN (");
         let mut list = query.separated(", ");
-        for id in firings {
+        for id in crate::shapes::padded(firings) {
             list.push_bind(id.as_str().to_owned());
         }
         query.push(") AND state IN ('DISPATCHED', 'RUNNING')");

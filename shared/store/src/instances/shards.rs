@@ -105,7 +105,7 @@ impl Store {
     async fn cancel_shards(&self, tx: &mut MySqlConnection, firings: &[(InstanceId, String)]) -> Result<(), StoreError> {
         let mut select = QueryBuilder::new("SELECT id, parent_id FROM instances WHERE parent_id IN (");
         let mut list = select.separated(", ");
-        for (id, _) in firings {
+        for (id, _) in crate::shapes::padded(firings) {
             list.push_bind(id.as_str().to_owned());
         }
         select.push(") AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'DISCARDED', 'REJECTED')");
@@ -130,7 +130,8 @@ impl Store {
     async fn count_ended_shards(&self, tx: &mut MySqlConnection, ended: &BTreeMap<InstanceId, Vec<StateKind>>) -> Result<(), StoreError> {
         let mut select = QueryBuilder::new(format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id IN ("));
         let mut list = select.separated(", ");
-        for id in ended.keys() {
+        let firings: Vec<&InstanceId> = ended.keys().collect();
+        for id in crate::shapes::padded(&firings) {
             list.push_bind(id.as_str().to_owned());
         }
         select.push(") ORDER BY id FOR UPDATE");

@@ -13,6 +13,7 @@ use super::shards::ShardWork;
 use super::{InstanceRecord, InstanceRow, ShardCounts, INSTANCE_COLUMNS};
 use crate::error::{retry_busy, Context, StoreError};
 use crate::leader::{check_fence, Fence};
+use crate::shapes::{padded, pieces};
 use crate::Store;
 
 /// A request to move one instance.
@@ -100,7 +101,7 @@ impl Store {
         // Locks in primary-key order, so concurrent batches cannot deadlock each other.
         let mut select = QueryBuilder::new(format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id IN ("));
         let mut list = select.separated(", ");
-        for id in &ids {
+        for id in padded(&ids) {
             list.push_bind(id.to_string());
         }
         select.push(") ORDER BY id FOR UPDATE");
@@ -159,8 +160,8 @@ impl Store {
             current.insert(after.id.clone(), after.clone());
             outcomes.push(Ok(Applied { instance: after, event }));
         }
-        for chunk in writes.chunks(WRITE_CHUNK) {
-            write_guarded(&mut *tx, chunk).await?;
+        for piece in pieces(&writes) {
+            write_guarded(&mut *tx, piece).await?;
         }
         if !events.is_empty() {
             append_events(&mut *tx, self, &events, now).await?;
@@ -204,9 +205,6 @@ fn next_record(
     }
     after
 }
-
-/// Rows per guarded UPDATE: 28 placeholders each, far below MySQL's 65,535.
-const WRITE_CHUNK: usize = 500;
 
 /// One `UPDATE … WHERE (id, state, attempt) IN (…)` for a whole batch, each column
 /// set by `CASE id`: one round trip instead of one per instance. The rows are locked
