@@ -20,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{dispatch, metrics, Shared};
 
 const BATCH: usize = 512;
+/// Trigger batches committing at once: each waits mostly on MySQL round trips.
+const BATCHES_IN_FLIGHT: usize = 4;
 const RETRY_DELAY: Duration = Duration::from_secs(2);
 
 pub(crate) async fn run(
@@ -27,7 +29,8 @@ pub(crate) async fn run(
     consumer: async_nats::jetstream::consumer::PullConsumer,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    ax_bus::consume::consume_batches(consumer, BATCH, "intake", shutdown, |messages| handle_batch(&shared, messages)).await;
+    ax_bus::consume::consume_batches_concurrently(consumer, BATCH, BATCHES_IN_FLIGHT, "intake", shutdown, |messages| handle_batch(&shared, messages))
+        .await;
     Ok(())
 }
 

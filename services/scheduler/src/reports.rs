@@ -6,12 +6,16 @@ use ax_domain::protocol::{Outcome, Report, ReportReply};
 use ax_domain::state::Command;
 use ax_store::{Refusal, TransitionRequest};
 use futures::StreamExt;
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::{dispatch, metrics, Shared};
 
 const MAX_BATCH: usize = 256;
+/// Report batches committing at once.
+const COMMITS_IN_FLIGHT: usize = 4;
 const QUEUE_GROUP: &str = "ax-scheduler";
 
 pub(crate) async fn subscribe(shared: &Shared) -> Result<async_nats::Subscriber, async_nats::SubscribeError> {
@@ -53,19 +57,34 @@ pub(crate) async fn run(shared: Shared, mut reports: async_nats::Subscriber, shu
     Ok(())
 }
 
-/// Takes whatever reports are waiting (up to a batch), commits them together, answers each.
+/// Takes whatever reports are waiting (up to a batch), commits them together, answers
+/// each. Up to [`COMMITS_IN_FLIGHT`] batches commit at once, so a commit's round
+/// trips do not hold back the reports that arrive meanwhile. Reports about one
+/// instance cannot race: a worker sends the next only after the answer to the last.
 async fn write_batches(shared: Shared, mut pending_rx: mpsc::Receiver<Pending>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while pending_rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let replies = commit(&shared, &batch).await;
-        let client = &shared.deps.bus.client;
-        for (pending, reply) in batch.drain(..).zip(replies) {
-            if let Some(reply_to) = pending.reply_to {
-                let body = serde_json::to_vec(&reply).expect("replies always serialize");
-                let _ = client.publish(reply_to, body.into()).await;
-            }
+    let in_flight = Arc::new(Semaphore::new(COMMITS_IN_FLIGHT));
+    let mut commits = tokio::task::JoinSet::new();
+    loop {
+        let permit = in_flight.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        if pending_rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            break;
         }
+        let shared = shared.clone();
+        commits.spawn(async move {
+            let replies = commit(&shared, &batch).await;
+            drop(permit);
+            let client = &shared.deps.bus.client;
+            for (pending, reply) in batch.into_iter().zip(replies) {
+                if let Some(reply_to) = pending.reply_to {
+                    let body = serde_json::to_vec(&reply).expect("replies always serialize");
+                    let _ = client.publish(reply_to, body.into()).await;
+                }
+            }
+        });
+        while commits.try_join_next().is_some() {}
     }
+    while commits.join_next().await.is_some() {}
 }
 
 async fn commit(shared: &Shared, batch: &[Pending]) -> Vec<ReportReply> {

@@ -15,12 +15,33 @@ use tokio_util::sync::CancellationToken;
 
 pub const PULL_FAILURES: &str = "ax_consumer_pull_failures_total";
 
-/// Runs until `shutdown`. `name` labels logs and the pull-failure counter.
-pub async fn consume_batches<F, Fut>(consumer: PullConsumer, batch: usize, name: &'static str, shutdown: CancellationToken, mut handle: F)
+/// Runs until `shutdown`, one batch at a time. `name` labels logs and the
+/// pull-failure counter.
+pub async fn consume_batches<F, Fut>(consumer: PullConsumer, batch: usize, name: &'static str, shutdown: CancellationToken, handle: F)
 where
     F: FnMut(Vec<Message>) -> Fut,
     Fut: Future<Output = ()>,
 {
+    consume_batches_concurrently(consumer, batch, 1, name, shutdown, handle).await;
+}
+
+/// [`consume_batches`] with up to `in_flight` batches handled at once, for a
+/// handler whose batches do not depend on each other's order (trigger intake:
+/// creation is idempotent by trigger id): the next batch commits while the last one
+/// waits on MySQL. On shutdown, batches already handed over are finished.
+pub async fn consume_batches_concurrently<F, Fut>(
+    consumer: PullConsumer,
+    batch: usize,
+    in_flight: usize,
+    name: &'static str,
+    shutdown: CancellationToken,
+    mut handle: F,
+) where
+    F: FnMut(Vec<Message>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let in_flight = in_flight.max(1);
+    let mut running = futures::stream::FuturesUnordered::new();
     metrics::describe_counter!(PULL_FAILURES, "Pulls from a JetStream consumer that failed, by consumer");
     let mut backoff = ExponentialBackoff::new(Duration::from_millis(200), Duration::from_secs(10));
     loop {
@@ -40,8 +61,12 @@ where
         loop {
             let pull = tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => return,
-                pull = pulls.next() => pull,
+                _ = shutdown.cancelled() => {
+                    while running.next().await.is_some() {}
+                    return;
+                }
+                Some(()) = running.next(), if !running.is_empty() => continue,
+                pull = pulls.next(), if running.len() < in_flight => pull,
             };
             let Some(pull) = pull else { break };
             let mut good = Vec::with_capacity(pull.len());
@@ -52,7 +77,7 @@ where
                 }
             }
             if !good.is_empty() {
-                handle(good).await;
+                running.push(handle(good));
             }
         }
     }

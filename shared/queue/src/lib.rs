@@ -38,7 +38,7 @@ impl WorkerQueues {
     /// # Errors
     /// Redis unreachable.
     pub async fn connect(url: &str, names: Names) -> Result<Self, QueueError> {
-        let client = redis::Client::open(url).map_err(QueueError::Connect)?;
+        let client = client(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_response_timeout(Some(Duration::from_secs(5)));
@@ -96,7 +96,7 @@ impl WorkerInbox {
     /// # Errors
     /// Redis unreachable.
     pub async fn connect(url: &str, names: &Names, worker: &str) -> Result<Self, QueueError> {
-        let client = redis::Client::open(url).map_err(QueueError::Connect)?;
+        let client = client(url)?;
         // BLPOP blocks server-side for up to its own timeout; the client must wait longer.
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
@@ -225,7 +225,7 @@ pub struct ExecutionGuards {
 
 impl ExecutionGuards {
     pub async fn connect(url: &str) -> Result<Self, QueueError> {
-        let client = redis::Client::open(url).map_err(QueueError::Connect)?;
+        let client = client(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(5)))
             .set_response_timeout(Some(Duration::from_secs(5)));
@@ -327,4 +327,14 @@ impl ExecutionGuards {
             .map_err(|source| QueueError::Command { what: "refresh execution guard", source })?;
         Ok(done == 1)
     }
+}
+
+/// A client whose connections send at once (`TCP_NODELAY`): with Nagle's algorithm a
+/// command written while the previous one is unacknowledged waits for the server's
+/// delayed ACK, up to 40 ms on Linux.
+fn client(url: &str) -> Result<redis::Client, QueueError> {
+    use redis::IntoConnectionInfo;
+    let info = url.into_connection_info().map_err(QueueError::Connect)?;
+    let tcp = info.tcp_settings().clone().set_nodelay(true);
+    redis::Client::open(info.set_tcp_settings(tcp)).map_err(QueueError::Connect)
 }
