@@ -6,9 +6,7 @@ use ax_domain::protocol::{Outcome, Report, ReportReply};
 use ax_domain::state::Command;
 use ax_store::{Refusal, TransitionRequest};
 use futures::StreamExt;
-use std::sync::Arc;
-
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{dispatch, metrics, Shared};
@@ -16,6 +14,8 @@ use crate::{dispatch, metrics, Shared};
 const MAX_BATCH: usize = 256;
 /// Report batches committing at once.
 const COMMITS_IN_FLIGHT: usize = 4;
+/// A batch this large commits beside one in flight instead of waiting for it.
+const EAGER_BATCH: usize = 32;
 const QUEUE_GROUP: &str = "ax-scheduler";
 
 pub(crate) async fn subscribe(shared: &Shared) -> Result<async_nats::Subscriber, async_nats::SubscribeError> {
@@ -58,31 +58,46 @@ pub(crate) async fn run(shared: Shared, mut reports: async_nats::Subscriber, shu
 }
 
 /// Takes whatever reports are waiting (up to a batch), commits them together, answers
-/// each. Up to [`COMMITS_IN_FLIGHT`] batches commit at once, so a commit's round
-/// trips do not hold back the reports that arrive meanwhile. Reports about one
-/// instance cannot race: a worker sends the next only after the answer to the last.
+/// each. A batch starts committing at once when no other commit is in flight;
+/// otherwise it keeps gathering until one finishes, unless it is already large, and
+/// at most [`COMMITS_IN_FLIGHT`] commit at once. Idle, a report waits for nothing;
+/// busy, commits stay large, because MySQL's CPU per transition falls with the
+/// batch. Reports about one instance cannot race: a worker sends the next only
+/// after the answer to the last.
 async fn write_batches(shared: Shared, mut pending_rx: mpsc::Receiver<Pending>) {
-    let in_flight = Arc::new(Semaphore::new(COMMITS_IN_FLIGHT));
     let mut commits = tokio::task::JoinSet::new();
-    loop {
-        let permit = in_flight.clone().acquire_owned().await.expect("the semaphore is never closed");
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        if pending_rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    let mut open = true;
+    while open || !batch.is_empty() {
+        if batch.is_empty() && pending_rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
             break;
         }
+        while open && !commits.is_empty() && (batch.len() < EAGER_BATCH || commits.len() >= COMMITS_IN_FLIGHT) && batch.len() < MAX_BATCH {
+            tokio::select! {
+                biased;
+                Some(_) = commits.join_next() => {
+                    if commits.len() < COMMITS_IN_FLIGHT {
+                        break;
+                    }
+                }
+                received = { let room = MAX_BATCH - batch.len(); pending_rx.recv_many(&mut batch, room) } => open = received > 0,
+            }
+        }
+        while commits.len() >= COMMITS_IN_FLIGHT {
+            commits.join_next().await;
+        }
+        let taken = std::mem::replace(&mut batch, Vec::with_capacity(MAX_BATCH));
         let shared = shared.clone();
         commits.spawn(async move {
-            let replies = commit(&shared, &batch).await;
-            drop(permit);
+            let replies = commit(&shared, &taken).await;
             let client = &shared.deps.bus.client;
-            for (pending, reply) in batch.into_iter().zip(replies) {
+            for (pending, reply) in taken.into_iter().zip(replies) {
                 if let Some(reply_to) = pending.reply_to {
                     let body = serde_json::to_vec(&reply).expect("replies always serialize");
                     let _ = client.publish(reply_to, body.into()).await;
                 }
             }
         });
-        while commits.try_join_next().is_some() {}
     }
     while commits.join_next().await.is_some() {}
 }

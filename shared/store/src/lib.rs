@@ -52,9 +52,9 @@ pub use instances::{
 pub use outbox::OutboxRow;
 pub use tasks::{Registered, TaskRecord};
 
-/// Prepared statements kept per connection: about a dozen batch statements in
-/// eleven sizes each, plus the fixed ones.
-const STATEMENT_CACHE: usize = 256;
+/// Prepared statements kept per connection: about a dozen batch statements in up
+/// to 22 sizes each, plus the fixed ones.
+const STATEMENT_CACHE: usize = 384;
 
 /// The one migrator, shared by services and tests.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

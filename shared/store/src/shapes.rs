@@ -10,10 +10,11 @@
 //! in the benchmark; 865/s with delayed ACKs switched off on loopback, which is how
 //! it was found).
 //!
-//! So every variable list is sent in a power-of-two size: an `IN` list is padded by
-//! repeating its last element (harmless to a membership test), and multi-row
-//! `INSERT`s go in power-of-two pieces (13 rows: 8, 4 and 1). With sizes up to
-//! 1,024 that is 11 shapes per statement, well inside the cache.
+//! So every variable list is sent in a few sizes: an `IN` list (and the batch
+//! `UPDATE`, whose `CASE` and `IN` tolerate a repeated row) is padded to a power of
+//! two by repeating its last element, and a multi-row `INSERT` goes whole up to 16
+//! rows, else in power-of-two pieces (45 rows: 32 and 13). That is at most 11 shapes
+//! per padded statement and 22 per insert, inside the cache.
 
 /// The length a list of `n` items is sent with.
 pub(crate) fn padded_len(n: usize) -> usize {
@@ -29,12 +30,21 @@ pub(crate) fn padded<T>(items: &[T]) -> impl Iterator<Item = &T> {
 /// The largest piece a multi-row `INSERT` is sent in.
 const MAX_PIECE: usize = 512;
 
-/// `items` cut into power-of-two pieces, largest first.
+/// Up to this many rows, a multi-row `INSERT` goes whole: small batches are the
+/// common case, and cutting them would cost a statement each piece.
+const WHOLE_UP_TO: usize = 16;
+
+/// `items` cut into pieces: whole up to 16 rows, else power-of-two pieces, largest
+/// first, down to a last piece of at most 16.
 pub(crate) fn pieces<T>(items: &[T]) -> Vec<&[T]> {
     let mut out = Vec::new();
     let mut rest = items;
     while !rest.is_empty() {
-        let size = (1usize << (usize::BITS - 1 - rest.len().leading_zeros())).min(MAX_PIECE);
+        let size = if rest.len() <= WHOLE_UP_TO {
+            rest.len()
+        } else {
+            (1usize << (usize::BITS - 1 - rest.len().leading_zeros())).min(MAX_PIECE)
+        };
         let (piece, tail) = rest.split_at(size);
         out.push(piece);
         rest = tail;
@@ -58,10 +68,13 @@ mod tests {
     fn inserts_go_in_power_of_two_pieces() {
         let items: Vec<u32> = (0..13).collect();
         let sizes: Vec<usize> = pieces(&items).iter().map(|p| p.len()).collect();
-        assert_eq!(sizes, [8, 4, 1]);
+        assert_eq!(sizes, [13]);
+        let items: Vec<u32> = (0..45).collect();
+        let sizes: Vec<usize> = pieces(&items).iter().map(|p| p.len()).collect();
+        assert_eq!(sizes, [32, 13]);
         let big: Vec<u32> = (0..1500).collect();
         let sizes: Vec<usize> = pieces(&big).iter().map(|p| p.len()).collect();
-        assert_eq!(sizes, [512, 512, 256, 128, 64, 16, 8, 4]);
+        assert_eq!(sizes, [512, 512, 256, 128, 64, 16, 12]);
         assert_eq!(sizes.iter().sum::<usize>(), 1500);
         assert!(pieces::<u8>(&[]).is_empty());
     }

@@ -13,7 +13,7 @@ use super::shards::ShardWork;
 use super::{InstanceRecord, InstanceRow, ShardCounts, INSTANCE_COLUMNS};
 use crate::error::{retry_busy, Context, StoreError};
 use crate::leader::{check_fence, Fence};
-use crate::shapes::{padded, pieces};
+use crate::shapes::padded;
 use crate::Store;
 
 /// A request to move one instance.
@@ -160,7 +160,7 @@ impl Store {
             current.insert(after.id.clone(), after.clone());
             outcomes.push(Ok(Applied { instance: after, event }));
         }
-        for piece in pieces(&writes) {
+        for piece in writes.chunks(MAX_UPDATE) {
             write_guarded(&mut *tx, piece).await?;
         }
         if !events.is_empty() {
@@ -206,11 +206,19 @@ fn next_record(
     after
 }
 
-/// One `UPDATE … WHERE (id, state, attempt) IN (…)` for a whole batch, each column
+/// Rows per guarded UPDATE (28 placeholders each, far below MySQL's 65,535).
+const MAX_UPDATE: usize = 512;
+
+/// One guarded `UPDATE` for a whole batch (`WHERE id IN (…)` and, per row, `state`
+/// and `attempt` as they were locked), each column
 /// set by `CASE id`: one round trip instead of one per instance. The rows are locked
 /// already, so the guard cannot fail unless something bypassed the lock, which is
 /// reported.
-async fn write_guarded(conn: &mut sqlx::MySqlConnection, rows: &[(InstanceRecord, InstanceRecord)]) -> Result<(), StoreError> {
+async fn write_guarded(conn: &mut sqlx::MySqlConnection, moved: &[(InstanceRecord, InstanceRecord)]) -> Result<(), StoreError> {
+    // Padded to a power of two with the last row again (see `shapes`): a repeated
+    // `WHEN` never matches and a repeated `IN` member changes nothing.
+    let rows: Vec<&(InstanceRecord, InstanceRecord)> = padded(moved).collect();
+    let rows = rows.as_slice();
     let mut update = QueryBuilder::new("UPDATE instances SET ");
     let column = |update: &mut QueryBuilder<sqlx::MySql>, name: &str, first: bool, bind: &dyn Fn(&mut QueryBuilder<sqlx::MySql>, &InstanceRecord)| {
         if !first {
@@ -264,31 +272,30 @@ async fn write_guarded(conn: &mut sqlx::MySqlConnection, rows: &[(InstanceRecord
     column(&mut update, "updated_at", false, &|u, a| {
         u.push_bind(a.updated_at);
     });
-    // `id IN` first so the primary key narrows the rows whatever the server makes
-    // of the row constructor.
+    // `id IN` alone narrows the rows (the primary key); the guard on state and
+    // attempt is a `CASE` evaluated per row. A row-constructor `IN` did the same, but
+    // MariaDB's range optimizer spent a tenth of its CPU analysing it.
     update.push(" WHERE id IN (");
     let mut ids = update.separated(", ");
     for (before, _) in rows {
         ids.push_bind(before.id.as_str().to_owned());
     }
-    update.push(") AND (id, state, attempt) IN (");
-    let mut guards = update.separated(", ");
+    update.push(") AND CASE id");
     for (before, _) in rows {
-        guards
-            .push("(")
-            .push_bind_unseparated(before.id.as_str().to_owned())
-            .push_unseparated(", ")
-            .push_bind_unseparated(before.state.kind().as_str())
-            .push_unseparated(", ")
-            .push_bind_unseparated(before.attempt)
-            .push_unseparated(")");
+        update
+            .push(" WHEN ")
+            .push_bind(before.id.as_str().to_owned())
+            .push(" THEN state = ")
+            .push_bind(before.state.kind().as_str())
+            .push(" AND attempt = ")
+            .push_bind(before.attempt);
     }
-    update.push(")");
+    update.push(" ELSE FALSE END");
     let done = update.build().execute(conn).await.at("guarded update")?;
-    if done.rows_affected() != rows.len() as u64 {
+    if done.rows_affected() != moved.len() as u64 {
         return Err(StoreError::Corrupt {
             what: "instances",
-            reason: format!("guarded update of {} instances matched {} rows under lock", rows.len(), done.rows_affected()),
+            reason: format!("guarded update of {} instances matched {} rows under lock", moved.len(), done.rows_affected()),
         });
     }
     Ok(())
