@@ -22,7 +22,7 @@ use ax_domain::protocol::Assignment;
 use ax_domain::state::Command;
 use ax_domain::task::{DispatchStrategy, ShardPlan};
 use ax_store::TransitionRequest;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use crate::leader::Term;
 use crate::registry::{eligible, WorkerEntry};
@@ -32,6 +32,8 @@ const BATCH: u32 = 512;
 /// The fewest due instances a pass reads: firings that fan out and instances no
 /// live worker can take still need to be seen while every slot is busy.
 const MIN_READ: u32 = 32;
+/// The least time between two dispatch passes started by wake-ups.
+const GATHER: Duration = Duration::from_millis(2);
 /// How often waiting instances are checked for slots without a wake-up.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -46,6 +48,7 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
     let interval = shared.config.scheduler.dispatch_interval.0;
     let mut kicks = shared.deps.bus.client.subscribe(shared.deps.bus.names.dispatch_kick()).await?;
     let mut last_sweep = tokio::time::Instant::now();
+    let mut last_pass = tokio::time::Instant::now();
     loop {
         tokio::select! {
             biased;
@@ -54,10 +57,17 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
             Some(_) = kicks.next() => {}
             _ = tokio::time::sleep(interval) => {}
         }
+        // Every report commit that frees a slot kicks, locally and over NATS: right
+        // after a pass, wait a moment so a burst of kicks makes one larger pass.
+        if let Some(wait) = GATHER.checked_sub(last_pass.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        while let Some(Some(_)) = kicks.next().now_or_never() {}
         if last_sweep.elapsed() >= SWEEP_EVERY {
             release_waiting_everywhere(&shared).await;
             last_sweep = tokio::time::Instant::now();
         }
+        last_pass = tokio::time::Instant::now();
         // Drain: keep passing while passes are full.
         loop {
             match pass(&shared, &term).await {

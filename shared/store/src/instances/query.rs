@@ -110,14 +110,11 @@ impl Store {
     /// CREATED and RETRYING instances due after `now`, soonest first: what the
     /// leader's timer must wake up for.
     pub async fn future_due(&self, now: Timestamp, limit: u32) -> Result<Vec<(String, Timestamp)>, StoreError> {
-        sqlx::query_as(
-            "SELECT id, due_at FROM instances WHERE state IN ('CREATED', 'RETRYING') AND due_at > ? ORDER BY due_at LIMIT ?",
-        )
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .at("list future due instances")
+        let mut query = sqlx::query_as(include_str!("../../queries/instances_future_due.sql"));
+        for _ in 0..6 {
+            query = query.bind(now).bind(limit);
+        }
+        query.bind(limit).fetch_all(&self.pool).await.at("list future due instances")
     }
 }
 
