@@ -1,7 +1,9 @@
 //! Scenario 5a, recovery from a worker crash: 2,000 instances of a 100 ms handler on two
 //! `ax-bench worker` processes (8 slots each); 2 s after the first trigger one of
 //! them is `kill -9`ed, and 3 s later a worker is started in its place (with a new
-//! id, as `ax worker` does by default). The default 30 s lease applies.
+//! id, as `ax worker` does by default). The default 30 s lease applies; the task
+//! allows 3 attempts 1 s apart (with the default single attempt, the attempts the
+//! crash interrupted fail instead of running again).
 //!
 //! Figures: instances lost (not SUCCEEDED 75 s after the kill), instances whose
 //! handler ran twice (from the handler's own records in Redis) and that MySQL
@@ -42,7 +44,11 @@ pub async fn run(ctx: &Ctx, same_id: bool, report: &mut Report) -> anyhow::Resul
 
 async fn measure(ctx: &Ctx, env: &BenchEnv, same_id: bool, report: &mut Report) -> anyhow::Result<()> {
     let pool = env.store.pool();
-    let task = env.register(event_task("rec", "sleep")).await?;
+    // A crash takes the attempts running on the dead worker with it; a task that is
+    // to survive one allows another attempt (the default is one attempt, no retry).
+    let mut definition = event_task("rec", "sleep");
+    definition["execution"]["retry"] = json!({"max_attempts": 3, "backoff": "fixed", "initial_interval_sec": 1});
+    let task = env.register(definition).await?;
     let mut heartbeats = env.bus.client.subscribe(env.names.heartbeat()).await?;
     let scheduler = env.spawn("scheduler", &ctx.ax, &["scheduler"])?;
     env.wait_for_leader(Duration::from_secs(30)).await?;
