@@ -284,3 +284,31 @@ async fn a_task_enabled_again_catches_up_once_by_default() {
     scheduler.stop().await;
     env.cleanup().await;
 }
+
+/// A timer that wakes late hands the store a schedule's fire for second n and for
+/// n + 1 in one batch: both fire, in order, and a repeat of n does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_batch_fires_a_schedule_twice_in_order_and_a_stale_fire_not_at_all() {
+    use ax_store::schedules::CronFire;
+    let env = TestEnv::new().await;
+    let task = env
+        .register(json!({"task_name": "twice", "owner": "tests", "triggers": [{"type": "cron", "cron": "* * * * * *"}], "execution": {"handler": "noop"}}))
+        .await;
+    let first = env.store.cron_schedules_of(&task.id).await.unwrap().remove(0).next_fire_at;
+    let second = first + chrono::TimeDelta::seconds(1);
+    let third = first + chrono::TimeDelta::seconds(2);
+    let fire = |expected_next, new_next| CronFire {
+        task_id: task.id.clone(),
+        trigger_index: 0,
+        expected_next,
+        new_next,
+        instances: vec![ax_store::NewInstance::for_cron_fire(&task.id, task.version, &task.definition, 0, expected_next, "test")],
+    };
+    let outcomes = env.store.fire_cron(&[fire(first, second), fire(second, third), fire(first, second)], None).await.unwrap();
+    assert_eq!(outcomes.len(), 2, "seconds n and n + 1 fired; the repeat of n did not");
+    assert_eq!(env.store.cron_schedules_of(&task.id).await.unwrap()[0].next_fire_at, third);
+    let due: Vec<chrono::DateTime<chrono::Utc>> =
+        sqlx::query_scalar("SELECT due_at FROM instances WHERE task_name = 'twice' ORDER BY due_at").fetch_all(env.store.pool()).await.unwrap();
+    assert_eq!(due, [first, second]);
+    env.cleanup().await;
+}

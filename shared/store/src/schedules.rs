@@ -8,7 +8,7 @@ use ax_domain::cron_expr::CronSchedule;
 use ax_domain::ids::TaskId;
 use ax_domain::task::{TaskDefinition, TriggerSpec};
 use ax_domain::Timestamp;
-use sqlx::{FromRow, MySqlConnection};
+use sqlx::{FromRow, MySqlConnection, QueryBuilder};
 
 use crate::error::{retry_busy, Context, StoreError};
 use crate::instances::{CreateOutcome, NewInstance};
@@ -146,22 +146,8 @@ impl Store {
                 check_fence(&mut tx, fence).await?;
             }
             let mut instances = Vec::new();
-            for fire in fires {
-                // Only while the task is enabled: a disabled task's schedule stays where it
-                // was, so enabling it later meets the misfire policy.
-                let moved = sqlx::query(
-                    "UPDATE cron_schedules s JOIN tasks t ON t.id = s.task_id SET s.next_fire_at = ?, s.updated_at = ? \
-                     WHERE s.task_id = ? AND s.trigger_index = ? AND s.next_fire_at = ? AND t.enabled = 1 AND t.deleted_at IS NULL",
-                )
-                .bind(fire.new_next)
-                .bind(now)
-                .bind(fire.task_id.as_str())
-                .bind(fire.trigger_index)
-                .bind(fire.expected_next)
-                .execute(&mut *tx)
-                .await
-                .at("advance cron schedule")?;
-                if moved.rows_affected() == 1 {
+            for piece in fires.chunks(FIRE_PIECE) {
+                for fire in advance_schedules(&mut tx, piece, now).await? {
                     instances.extend(fire.instances.iter().cloned());
                 }
             }
@@ -191,4 +177,64 @@ impl Store {
         .await
         .at("read schedules of task")
     }
+}
+
+/// Schedules advanced per statement when firing.
+const FIRE_PIECE: usize = 512;
+
+/// Moves each fire's schedule to its next fire if it still waits for this one and its
+/// task is enabled, returning the fires that moved. A disabled task's schedule stays
+/// where it was, so enabling it later meets the misfire policy. One locking read and
+/// one `UPDATE` per piece: 1,667 tasks firing in the same second took a third of a
+/// second as one `UPDATE` each.
+async fn advance_schedules<'a>(tx: &mut MySqlConnection, fires: &'a [CronFire], now: Timestamp) -> Result<Vec<&'a CronFire>, StoreError> {
+    let mut select = QueryBuilder::new(
+        "SELECT s.task_id, s.trigger_index, s.next_fire_at FROM cron_schedules s JOIN tasks t ON t.id = s.task_id \
+         WHERE t.enabled = 1 AND t.deleted_at IS NULL AND s.task_id IN (",
+    );
+    let mut list = select.separated(", ");
+    for fire in crate::shapes::padded(fires) {
+        list.push_bind(fire.task_id.as_str().to_owned());
+    }
+    select.push(") FOR UPDATE");
+    let rows: Vec<(String, u16, Timestamp)> = select.build_query_as().fetch_all(&mut *tx).await.at("lock cron schedules")?;
+    // In order, as one UPDATE per fire would see them: a batch can hold a schedule's
+    // fire for second n and for second n + 1 (a timer that woke late), the second
+    // due only once the first has moved the schedule.
+    let mut next: std::collections::HashMap<(String, u16), Timestamp> = rows.into_iter().map(|(t, i, at)| ((t, i), at)).collect();
+    let mut moving = Vec::with_capacity(fires.len());
+    for fire in fires {
+        let key = (fire.task_id.as_str().to_owned(), fire.trigger_index);
+        match next.get_mut(&key) {
+            Some(at) if *at == fire.expected_next => {
+                *at = fire.new_next;
+                moving.push(fire);
+            }
+            stored => tracing::debug!(task_id = %fire.task_id, trigger_index = fire.trigger_index, expected = %fire.expected_next, stored = ?stored, "cron fire no longer due"),
+        }
+    }
+    if moving.is_empty() {
+        return Ok(moving);
+    }
+    let mut moved: Vec<(&str, u16, Timestamp)> = moving.iter().map(|f| (f.task_id.as_str(), f.trigger_index, next[&(f.task_id.as_str().to_owned(), f.trigger_index)])).collect();
+    moved.sort_unstable();
+    moved.dedup();
+    let mut update = QueryBuilder::new("UPDATE cron_schedules SET next_fire_at = CASE");
+    for (task_id, trigger_index, next_fire_at) in crate::shapes::padded(&moved) {
+        update
+            .push(" WHEN task_id = ")
+            .push_bind(task_id.to_string())
+            .push(" AND trigger_index = ")
+            .push_bind(*trigger_index)
+            .push(" THEN ")
+            .push_bind(*next_fire_at);
+    }
+    update.push(" ELSE next_fire_at END, updated_at = ").push_bind(now).push(" WHERE task_id IN (");
+    let mut list = update.separated(", ");
+    for (task_id, _, _) in crate::shapes::padded(&moved) {
+        list.push_bind(task_id.to_string());
+    }
+    update.push(")");
+    update.build().execute(&mut *tx).await.at("advance cron schedules")?;
+    Ok(moving)
 }
