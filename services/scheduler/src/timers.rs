@@ -22,6 +22,10 @@ const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 /// Kicks arriving faster than this share one reconcile.
 const RECONCILE_MIN_GAP: Duration = Duration::from_millis(100);
 const BATCH: usize = 2000;
+/// Cron fires per transaction, and transactions at once: 1,667 tasks due in the
+/// same second as one transaction made the last of them wait for all the others.
+const FIRE_PIECE: usize = 256;
+const FIRES_IN_FLIGHT: usize = 4;
 
 pub fn instance_member(id: &str) -> String {
     format!("i:{id}")
@@ -101,7 +105,9 @@ async fn fire_due(shared: &Shared, due: &DueIndex, term: &Term) -> anyhow::Resul
         shared.dispatch_wake.notify_one();
     }
     if !cron_members.is_empty() {
-        handled.extend(cron::fire(shared, term, &cron_members).await?);
+        for fired in futures::stream::iter(cron_pieces(cron_members)).map(|piece| async move { cron::fire(shared, term, &piece).await }).buffer_unordered(FIRES_IN_FLIGHT).collect::<Vec<_>>().await {
+            handled.extend(fired?);
+        }
     }
     due.remove(&handled).await?;
     Ok(())
@@ -116,4 +122,43 @@ async fn reconcile(shared: &Shared, due: &DueIndex) -> anyhow::Result<()> {
         ::metrics::gauge!(metrics::DUE_INDEX_SIZE).set(size as f64);
     }
     Ok(())
+}
+
+/// Due cron members in pieces of about [`FIRE_PIECE`]; a schedule's fires stay in one
+/// piece, in time order (its fire for n + 1 is due only once n has moved it).
+fn cron_pieces(mut members: Vec<(String, i64)>) -> Vec<Vec<(String, i64)>> {
+    let schedule = |member: &str| member.rsplit_once(':').map_or(member.to_owned(), |(key, _)| key.to_owned());
+    members.sort_by(|a, b| schedule(&a.0).cmp(&schedule(&b.0)).then(a.1.cmp(&b.1)));
+    let mut pieces: Vec<Vec<(String, i64)>> = Vec::new();
+    let mut current: Vec<(String, i64)> = Vec::new();
+    for member in members {
+        let same_schedule = current.last().is_some_and(|last| schedule(&last.0) == schedule(&member.0));
+        if current.len() >= FIRE_PIECE && !same_schedule {
+            pieces.push(std::mem::take(&mut current));
+        }
+        current.push(member);
+    }
+    if !current.is_empty() {
+        pieces.push(current);
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedules_fires_stay_in_one_piece_in_time_order() {
+        let mut members: Vec<(String, i64)> = (0..600).map(|i| (format!("c:tsk_{i:04}:0:1000"), 1000)).collect();
+        members.push(("c:tsk_0255:0:2000".into(), 2000));
+        members.insert(0, ("c:tsk_0255:0:999".into(), 999));
+        let pieces = cron_pieces(members);
+        assert_eq!(pieces.iter().map(Vec::len).sum::<usize>(), 602);
+        let holding: Vec<&Vec<(String, i64)>> = pieces.iter().filter(|p| p.iter().any(|(m, _)| m.starts_with("c:tsk_0255:"))).collect();
+        assert_eq!(holding.len(), 1, "one piece holds all of tsk_0255's fires");
+        let times: Vec<i64> = holding[0].iter().filter(|(m, _)| m.starts_with("c:tsk_0255:")).map(|(_, t)| *t).collect();
+        assert_eq!(times, [999, 1000, 2000]);
+        assert!(pieces.iter().all(|p| p.len() <= FIRE_PIECE + 2));
+    }
 }
