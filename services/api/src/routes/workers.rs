@@ -20,6 +20,7 @@ pub async fn list(State(state): State<AppState>) -> Json<Value> {
                 "cpu_cores": beat.cpu_cores,
                 "running": beat.running,
                 "max_running": beat.max_running,
+                "prefetch": beat.prefetch,
                 "memory_used_bytes": beat.memory_used_bytes,
                 "last_heartbeat": seen,
                 "alive": alive,
