@@ -379,6 +379,27 @@ pub fn recording_handler(log: RunLog, ms: u64) -> std::sync::Arc<dyn ax_worker::
     })
 }
 
+/// An instance of `task` as an event trigger would create it, due now. The store keeps
+/// one instance per (task, trigger id), so a distinct `trigger_id` makes a distinct instance.
+pub fn new_instance(task: &ax_store::TaskRecord, trigger_id: &str) -> ax_store::NewInstance {
+    ax_store::NewInstance {
+        task_id: task.id.clone(),
+        task_name: task.name.clone(),
+        task_version: task.version,
+        trigger_type: ax_domain::task::TriggerKind::Event,
+        trigger_id: trigger_id.into(),
+        params: serde_json::json!({}),
+        payload_version: None,
+        priority: ax_domain::task::Priority::Normal,
+        due_at: ax_domain::now(),
+        initial: ax_domain::state::StateKind::Created,
+        reason: String::new(),
+        operator: "test".into(),
+        concurrency: None,
+        shard: None,
+    }
+}
+
 /// Instances of a task by state, straight from MySQL.
 pub async fn count_in_state(env: &TestEnv, task: &str, state: &str) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = ? AND state = ?")

@@ -3,32 +3,12 @@
 use std::sync::Arc;
 
 use ax_domain::state::{Command, StateKind};
-use ax_domain::task::{Priority, TriggerKind};
 use ax_store::{CreateOutcome, NewInstance, TransitionRequest};
-use ax_tests::TestEnv;
+use ax_tests::{new_instance, TestEnv};
 use serde_json::json;
 
 fn noop_task(name: &str) -> serde_json::Value {
     json!({"task_name": name, "owner": "tests", "execution": {"handler": "noop"}})
-}
-
-fn new_instance(task: &ax_store::TaskRecord, trigger_id: &str) -> NewInstance {
-    NewInstance {
-        task_id: task.id.clone(),
-        task_name: task.name.clone(),
-        task_version: task.version,
-        trigger_type: TriggerKind::Event,
-        trigger_id: trigger_id.into(),
-        params: json!({}),
-        payload_version: None,
-        priority: Priority::Normal,
-        due_at: ax_domain::now(),
-        initial: StateKind::Created,
-        reason: String::new(),
-        operator: "test".into(),
-        concurrency: None,
-        shard: None,
-    }
 }
 
 async fn count(env: &TestEnv, sql: &'static str, id: &str) -> i64 {

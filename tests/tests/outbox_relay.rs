@@ -4,32 +4,16 @@
 use std::time::Duration;
 
 use ax_domain::event::EventBody;
-use ax_domain::state::{Command, StateKind};
-use ax_domain::task::{Priority, TriggerKind};
+use ax_domain::state::Command;
 use ax_store::{NewInstance, TransitionRequest};
 use ax_tests::proxy::Proxy;
-use ax_tests::{eventually, stream_events, TestEnv};
+use ax_tests::{eventually, new_instance, stream_events, TestEnv};
 use serde_json::json;
 
 async fn make_instances(env: &TestEnv, n: usize) -> Vec<ax_domain::ids::InstanceId> {
     let task = env.register(json!({"task_name": "relayed", "owner": "tests", "execution": {"handler": "noop"}})).await;
     let batch: Vec<NewInstance> = (0..n)
-        .map(|i| NewInstance {
-            task_id: task.id.clone(),
-            task_name: task.name.clone(),
-            task_version: task.version,
-            trigger_type: TriggerKind::Event,
-            trigger_id: format!("t{i}"),
-            params: json!({}),
-            payload_version: None,
-            priority: Priority::Normal,
-            due_at: ax_domain::now(),
-            initial: StateKind::Created,
-            reason: String::new(),
-            operator: "test".into(),
-            concurrency: None,
-            shard: None,
-        })
+        .map(|i| new_instance(&task, &format!("t{i}")))
         .collect();
     env.store.create_instances(&batch).await.unwrap().into_iter().map(|o| o.instance_id().clone()).collect()
 }

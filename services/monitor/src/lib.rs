@@ -96,19 +96,7 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
     components.spawn(health::run(shared.clone(), shutdown.child_token()));
     tracing::info!(namespace = %shared.deps.bus.names.namespace(), "monitor started");
 
-    while let Some(done) = components.join_next().await {
-        match done {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                tracing::error!(error = ?err, "monitor component failed; stopping the monitor");
-                shutdown.cancel();
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "monitor component panicked; stopping the monitor");
-                shutdown.cancel();
-            }
-        }
-    }
+    ax_runtime::supervise::join_components("monitor", components, &shutdown).await;
     tracing::info!("monitor stopped");
     Ok(())
 }

@@ -121,19 +121,7 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
     }));
     tracing::info!(namespace = %shared.deps.bus.names.namespace(), "scheduler started");
 
-    while let Some(done) = components.join_next().await {
-        match done {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                tracing::error!(error = ?err, "scheduler component failed; stopping the scheduler");
-                shutdown.cancel();
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "scheduler component panicked; stopping the scheduler");
-                shutdown.cancel();
-            }
-        }
-    }
+    ax_runtime::supervise::join_components("scheduler", components, &shutdown).await;
     tracing::info!("scheduler stopped");
     Ok(())
 }
