@@ -37,19 +37,7 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
     components.spawn(consumer::run(deps.clone(), consumer, shutdown.child_token()));
     components.spawn(retention::run(deps.store.clone(), config.observe.log_sink.log_retention_days, shutdown.child_token()));
     tracing::info!(namespace = %deps.bus.names.namespace(), retention_days = config.observe.log_sink.log_retention_days, "log sink started");
-    while let Some(done) = components.join_next().await {
-        match done {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                tracing::error!(error = ?err, "log sink component failed; stopping");
-                shutdown.cancel();
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "log sink component panicked; stopping");
-                shutdown.cancel();
-            }
-        }
-    }
+    ax_runtime::supervise::join_components("log sink", components, &shutdown).await;
     tracing::info!("log sink stopped");
     Ok(())
 }
