@@ -16,6 +16,8 @@ const MAX_BATCH: usize = 256;
 const COMMITS_IN_FLIGHT: usize = 4;
 /// A batch this large commits beside one in flight instead of waiting for it.
 const EAGER_BATCH: usize = 32;
+/// Commits in flight before a new batch waits for one of them instead of starting.
+const GATHER_BESIDE: usize = 2;
 const QUEUE_GROUP: &str = "ax-scheduler";
 
 pub(crate) async fn subscribe(shared: &Shared) -> Result<async_nats::Subscriber, async_nats::SubscribeError> {
@@ -58,9 +60,9 @@ pub(crate) async fn run(shared: Shared, mut reports: async_nats::Subscriber, shu
 }
 
 /// Takes whatever reports are waiting (up to a batch), commits them together, answers
-/// each. A batch starts committing at once when no other commit is in flight;
-/// otherwise it keeps gathering until one finishes, unless it is already large, and
-/// at most [`COMMITS_IN_FLIGHT`] commit at once. Idle, a report waits for nothing;
+/// each. A batch starts committing at once while fewer than [`GATHER_BESIDE`]
+/// commits are in flight; otherwise it keeps gathering until one finishes, unless it
+/// is already large, and at most [`COMMITS_IN_FLIGHT`] commit at once. Idle, a report waits for nothing;
 /// busy, commits stay large, because MySQL's CPU per transition falls with the
 /// batch. Reports about one instance cannot race: a worker sends the next only
 /// after the answer to the last.
@@ -72,7 +74,7 @@ async fn write_batches(shared: Shared, mut pending_rx: mpsc::Receiver<Pending>) 
         if batch.is_empty() && pending_rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
             break;
         }
-        while open && !commits.is_empty() && (batch.len() < EAGER_BATCH || commits.len() >= COMMITS_IN_FLIGHT) && batch.len() < MAX_BATCH {
+        while open && commits.len() >= GATHER_BESIDE && (batch.len() < EAGER_BATCH || commits.len() >= COMMITS_IN_FLIGHT) && batch.len() < MAX_BATCH {
             tokio::select! {
                 biased;
                 Some(_) = commits.join_next() => {
