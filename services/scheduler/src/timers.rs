@@ -128,7 +128,7 @@ async fn reconcile(shared: &Shared, due: &DueIndex) -> anyhow::Result<()> {
 /// piece, in time order (its fire for n + 1 is due only once n has moved it).
 fn cron_pieces(mut members: Vec<(String, i64)>) -> Vec<Vec<(String, i64)>> {
     let schedule = |member: &str| member.rsplit_once(':').map_or(member.to_owned(), |(key, _)| key.to_owned());
-    members.sort_by(|a, b| schedule(&a.0).cmp(&schedule(&b.0)).then(a.1.cmp(&b.1)));
+    members.sort_by_cached_key(|(member, at)| (schedule(member), *at));
     let mut pieces: Vec<Vec<(String, i64)>> = Vec::new();
     let mut current: Vec<(String, i64)> = Vec::new();
     for member in members {

@@ -32,12 +32,13 @@ pub struct TaskContext {
     /// Structured task log: `ctx.log.info("…")`. Lines go to `AX_LOGS` in batches
     /// and are read back with `ax logs <instance>`; a call never blocks.
     pub log: TaskLogger,
-    pub(crate) reporter: Option<Reporter>,
+    pub(crate) link: Option<AttemptLink>,
 }
 
-/// Sends progress for one attempt, and keeps the records of `once`.
+/// What a context reaches outside its handler in a worker: the progress subject and
+/// the side-effect records of `once`. A detached context has none.
 #[derive(Clone)]
-pub(crate) struct Reporter {
+pub(crate) struct AttemptLink {
     pub client: async_nats::Client,
     pub subject: String,
     pub worker_id: WorkerId,
@@ -48,9 +49,9 @@ pub(crate) struct Reporter {
 /// How long `once` remembers a side effect: longer than any retry schedule.
 const SIDE_EFFECT_MEMORY: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
-impl std::fmt::Debug for Reporter {
+impl std::fmt::Debug for AttemptLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Reporter")
+        f.write_str("AttemptLink")
     }
 }
 
@@ -58,16 +59,16 @@ impl TaskContext {
     /// Reports progress (0-100 and a message), shown by `GET /api/v1/instances/{id}`.
     /// Fire and forget: progress never slows or fails the handler.
     pub async fn progress(&self, percent: u8, message: impl Into<String>) {
-        let Some(reporter) = &self.reporter else { return };
+        let Some(link) = &self.link else { return };
         let progress = Progress {
             instance_id: self.instance_id.clone(),
             attempt: self.attempt,
-            worker_id: reporter.worker_id.clone(),
+            worker_id: link.worker_id.clone(),
             percent: percent.min(100),
             message: message.into(),
         };
         if let Ok(body) = serde_json::to_vec(&progress) {
-            let _ = reporter.client.publish(reporter.subject.clone(), body.into()).await;
+            let _ = link.client.publish(link.subject.clone(), body.into()).await;
         }
     }
 
@@ -96,9 +97,9 @@ impl TaskContext {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<serde_json::Value, TaskError>>,
     {
-        let Some(reporter) = &self.reporter else { return run().await };
-        let key = reporter.names.side_effect(self.instance_id.as_str(), scope);
-        match reporter.records.recall(&key).await {
+        let Some(link) = &self.link else { return run().await };
+        let key = link.names.side_effect(self.instance_id.as_str(), scope);
+        match link.records.recall(&key).await {
             Ok(Some(recorded)) => {
                 return serde_json::from_str(&recorded)
                     .map_err(|e| TaskError::abort(format!("side effect {scope:?} has an unreadable record: {e}")));
@@ -107,7 +108,7 @@ impl TaskContext {
             Err(err) => return Err(TaskError::retry(format!("cannot check whether side effect {scope:?} already ran: {err}"))),
         }
         let result = run().await?;
-        if let Err(err) = reporter.records.remember(&key, &result.to_string(), SIDE_EFFECT_MEMORY).await {
+        if let Err(err) = link.records.remember(&key, &result.to_string(), SIDE_EFFECT_MEMORY).await {
             tracing::warn!(instance_id = %self.instance_id, scope, error = %err, "side effect ran but could not be recorded; a retry would run it again");
         }
         Ok(result)
@@ -127,7 +128,7 @@ impl TaskContext {
             cancellation: CancellationToken::new(),
             shard: None,
             log: TaskLogger::disabled(),
-            reporter: None,
+            link: None,
         }
     }
 }

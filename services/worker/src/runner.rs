@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::context::{Handler, Reporter, TaskContext, TaskError};
+use crate::context::{Handler, AttemptLink, TaskContext, TaskError};
 use crate::logger::LogShipper;
 
 /// How long a pop blocks in Redis; also the longest a shutdown waits for the popper.
@@ -524,7 +524,7 @@ async fn execute_attempt(shared: &Shared, assignment: &Assignment, cancel: Cance
         cancellation: cancel.clone(),
         shard: assignment.shard.clone(),
         log: log.clone(),
-        reporter: Some(Reporter {
+        link: Some(AttemptLink {
             client: shared.bus.client.clone(),
             subject: shared.bus.names.progress(),
             worker_id: shared.worker_id.clone(),

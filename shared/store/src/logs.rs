@@ -13,8 +13,9 @@ use crate::error::{retry_busy, Context, StoreError};
 use crate::Store;
 
 /// Rows per INSERT statement: large enough to amortise round trips, small enough
-/// to stay far below `max_allowed_packet` with 32 KiB messages.
-const ROWS_PER_STATEMENT: usize = 500;
+/// to stay below `max_allowed_packet` (16 MiB) with 32 KiB messages, and a power of
+/// two so that `shapes::pieces` sends each full chunk as one statement.
+const ROWS_PER_STATEMENT: usize = 256;
 
 /// One stored line.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, FromRow)]

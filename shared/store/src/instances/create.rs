@@ -39,8 +39,10 @@ pub struct NewInstance {
     pub shard: Option<ShardOf>,
 }
 
-/// Instances per set of INSERT statements (21 placeholders each, far below MySQL's 65,535).
-const CREATE_CHUNK: usize = 1000;
+/// Instances created per round of statements. The inserts go in `shapes::pieces`
+/// (at most 512 rows of 21 placeholders); the padded trigger-id lookup takes two
+/// placeholders per instance. A power of two, so a full chunk makes whole pieces.
+const CREATE_CHUNK: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateOutcome {
@@ -87,9 +89,9 @@ impl Store {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        // A statement takes at most 65,535 placeholders and an instance row needs 21:
-        // a large batch (a misfire catch-up of thousands of schedules, a backfill)
-        // goes in pieces, still in the caller's one transaction. A trigger id that
+        // A statement takes at most 65,535 placeholders: a large batch (a misfire
+        // catch-up of thousands of schedules, a backfill) goes in chunks, still in
+        // the caller's one transaction. A trigger id that
         // repeats across pieces is found by the later piece's claim (same transaction).
         if batch.len() > CREATE_CHUNK {
             let mut outcomes = Vec::with_capacity(batch.len());
