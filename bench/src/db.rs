@@ -90,7 +90,9 @@ pub async fn wait_for_state(pool: &MySqlPool, task_id: &str, state: &str, expect
         if n >= expected || tokio::time::Instant::now() >= deadline {
             return Ok(n);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Each poll reads the task's index range (10,000 entries in scenario 1):
+        // polled every 100 ms, that was 2 % of MariaDB's time in the measurement.
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -98,7 +100,7 @@ pub async fn wait_for_state(pool: &MySqlPool, task_id: &str, state: &str, expect
 pub async fn wait_for_empty_outbox(pool: &MySqlPool, timeout: Duration) -> anyhow::Result<u64> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox").fetch_one(pool).await?;
+        let n: i64 = sqlx::query_scalar("SELECT CAST(COALESCE(SUM(events), 0) AS SIGNED) FROM outbox_batches").fetch_one(pool).await?;
         if n == 0 || tokio::time::Instant::now() >= deadline {
             return Ok(n.max(0) as u64);
         }

@@ -190,7 +190,7 @@ impl TestEnv {
     /// Waits until every committed event has left the outbox.
     pub async fn outbox_drained(&self) {
         eventually(Duration::from_secs(30), "the outbox to drain", || async {
-            self.store.outbox_pending(1).await.ok()?.is_empty().then_some(())
+            self.store.outbox_pending(1).await.ok()?.0.is_empty().then_some(())
         })
         .await;
     }

@@ -89,7 +89,7 @@ async fn registration_validates_and_versions() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = call(&env, "GET", &format!("/api/v1/instances/{}", fired["instance_id"].as_str().unwrap()), None, &[]).await;
     assert_eq!(status, StatusCode::OK, "a deleted task's instances are kept");
-    let actions: Vec<String> = sqlx::query_scalar("SELECT subject FROM outbox WHERE instance_id IS NULL ORDER BY id").fetch_all(env.store.pool()).await.unwrap();
+    let actions: Vec<String> = env.store.outbox_events().await.unwrap().into_iter().filter(|e| e.instance_id.is_none()).map(|e| e.subject).collect();
     let actions: Vec<&str> = actions.iter().map(|s| s.rsplit('.').next().unwrap()).collect();
     assert_eq!(actions, ["registered", "updated", "disabled", "enabled", "deleted"]);
     env.cleanup().await;

@@ -46,7 +46,8 @@ async fn fifty_concurrent_dispatches_of_one_instance_have_one_winner() {
     assert_eq!(winners, 1, "exactly one guarded transition wins");
     let id = id.as_str();
     assert_eq!(count(&env, "SELECT COUNT(*) FROM instance_transitions WHERE instance_id = ? AND to_state = 'DISPATCHED'", id).await, 1);
-    assert_eq!(count(&env, "SELECT COUNT(*) FROM outbox WHERE instance_id = ? AND state = 'DISPATCHED'", id).await, 1);
+    let outbox = env.store.outbox_events().await.unwrap();
+    assert_eq!(outbox.iter().filter(|e| e.instance_id.as_deref() == Some(id) && e.state.as_deref() == Some("DISPATCHED")).count(), 1);
     let instance = env.store.instance(&id.parse().unwrap()).await.unwrap().unwrap();
     assert_eq!(instance.state.kind(), StateKind::Dispatched);
     assert_eq!(instance.seq, 2);

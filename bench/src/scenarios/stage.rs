@@ -45,7 +45,7 @@ impl Stage {
         for i in 0..WORKERS {
             // 8 slots each, and 8 assignments taken ahead so a freed slot never waits for
             // the dispatcher's round trip (AX_WORKER_PREFETCH; concurrency stays 8).
-            workers.push(env.spawn(&format!("worker{i}"), &ctx.ax, &["worker", "--max-running", &slots, "--prefetch", &slots])?);
+            workers.push(env.spawn(&format!("worker{i}"), &ctx.ax, &["worker", "--max-running", &slots, "--prefetch", &std::env::var("AXB_PREFETCH").unwrap_or(slots.clone())])?);
         }
         let mut seen = HashSet::new();
         tokio::time::timeout(Duration::from_secs(30), async {

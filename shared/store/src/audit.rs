@@ -60,9 +60,7 @@ impl Store {
 
     /// Event ids still waiting in the outbox for JetStream.
     pub async fn outbox_event_ids(&self) -> Result<HashSet<String>, StoreError> {
-        let ids: Vec<String> =
-            sqlx::query_scalar(include_str!("../queries/audit/outbox_event_ids.sql")).fetch_all(&self.pool).await.at("list outbox events")?;
-        Ok(ids.into_iter().collect())
+        Ok(self.outbox_events().await?.into_iter().map(|e| e.event_id).collect())
     }
 
     /// Each instance's last event's sequence number and creation time, as its row says.

@@ -11,6 +11,7 @@ use sqlx::FromRow;
 
 use crate::alerts::{NewNotification, NotificationKind};
 use crate::error::{retry_busy, Context, StoreError};
+use crate::outbox::OutboxEvent;
 use crate::Store;
 
 /// A stored monthly report, without its body.
@@ -155,17 +156,15 @@ impl Store {
                 flagged,
             };
             let event = Event { id: EventId::generate(), time: now, body: EventBody::HealthReported(body) };
-            sqlx::query(include_str!("../queries/outbox_insert.sql"))
-                .bind(event.id.as_str())
-                .bind(self.names.report_event("health"))
-                .bind("")
-                .bind(None::<String>)
-                .bind(None::<String>)
-                .bind(event.encode())
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .at("insert health report event")?;
+            let event = OutboxEvent {
+                event_id: event.id.as_str().to_owned(),
+                subject: self.names.report_event("health"),
+                task_name: String::new(),
+                instance_id: None,
+                state: None,
+                payload: event.encode(),
+            };
+            crate::outbox::append(&mut tx, &[event], now).await?;
             let rows: Vec<NewNotification> = channels
                 .iter()
                 .map(|c| NewNotification { alert_id: None, report_id: Some(id.clone()), channel: c.clone(), kind: NotificationKind::Report })

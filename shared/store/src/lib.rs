@@ -49,7 +49,7 @@ pub use instances::{
     Applied, CreateOutcome, InstanceFilter, InstanceRecord, NewInstance, Overdue, Refusal, ShardCounts, TransitionRecord,
     TransitionRequest,
 };
-pub use outbox::OutboxRow;
+pub use outbox::{DamagedBatch, OutboxBatch, OutboxEvent};
 pub use tasks::{Registered, TaskRecord};
 
 /// Prepared statements kept per connection: about a dozen batch statements in up

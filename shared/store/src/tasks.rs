@@ -8,6 +8,7 @@ use ax_domain::Timestamp;
 use sqlx::{FromRow, MySqlConnection};
 
 use crate::error::{retry_busy, Context, StoreError};
+use crate::outbox::OutboxEvent;
 use crate::Store;
 
 /// A task as stored: its current definition and lifecycle.
@@ -274,16 +275,6 @@ async fn insert_task_event(conn: &mut MySqlConnection, store: &Store, change: Ta
     let subject = store.names.task_event(&change.task, change.action);
     let task = change.task.clone();
     let event = Event { id: EventId::generate(), time: now, body: EventBody::TaskChanged(change) };
-    sqlx::query(include_str!("../queries/outbox_insert.sql"))
-        .bind(event.id.as_str())
-        .bind(subject)
-        .bind(task)
-        .bind(None::<String>)
-        .bind(None::<String>)
-        .bind(event.encode())
-        .bind(now)
-        .execute(conn)
-        .await
-        .at("insert task event")?;
-    Ok(())
+    let event = OutboxEvent { event_id: event.id.as_str().to_owned(), subject, task_name: task, instance_id: None, state: None, payload: event.encode() };
+    crate::outbox::append(conn, &[event], now).await
 }

@@ -12,6 +12,7 @@ use sqlx::{MySqlConnection, QueryBuilder};
 
 use crate::error::{retry_busy, Context, StoreError};
 use crate::shapes::{padded, pieces};
+use crate::outbox::OutboxEvent;
 use crate::Store;
 
 /// One instance to create.
@@ -322,7 +323,8 @@ async fn insert_instance_rows(
     Ok(())
 }
 
-/// Appends the audit rows and outbox events of a batch of transitions.
+/// Appends the audit rows and outbox events of a batch of transitions: audit rows
+/// in pieces, the events as one outbox row.
 pub(crate) async fn append_events(
     conn: &mut MySqlConnection,
     store: &Store,
@@ -332,17 +334,26 @@ pub(crate) async fn append_events(
     let ids: Vec<EventId> = events.iter().map(|_| EventId::generate()).collect();
     let rows: Vec<(&InstanceTransitioned, EventId)> = events.iter().zip(ids).collect();
     for piece in pieces(&rows) {
-        append_event_rows(&mut *conn, store, piece, now).await?;
+        append_audit_rows(&mut *conn, piece, now).await?;
     }
-    Ok(())
+    let outbox: Vec<OutboxEvent> = rows
+        .iter()
+        .map(|(e, id)| {
+            let event = Event { id: id.clone(), time: now, body: EventBody::InstanceTransitioned((*e).clone()) };
+            OutboxEvent {
+                event_id: id.as_str().to_owned(),
+                subject: store.names.instance_event(&e.task, e.to),
+                task_name: e.task.clone(),
+                instance_id: Some(e.instance_id.as_str().to_owned()),
+                state: Some(e.to.as_str().to_owned()),
+                payload: event.encode(),
+            }
+        })
+        .collect();
+    crate::outbox::append(conn, &outbox, now).await
 }
 
-async fn append_event_rows(
-    conn: &mut MySqlConnection,
-    store: &Store,
-    rows: &[(&InstanceTransitioned, EventId)],
-    now: Timestamp,
-) -> Result<(), StoreError> {
+async fn append_audit_rows(conn: &mut MySqlConnection, rows: &[(&InstanceTransitioned, EventId)], now: Timestamp) -> Result<(), StoreError> {
     let mut audit = QueryBuilder::new(
         "INSERT INTO instance_transitions (instance_id, seq, event_id, task_name, attempt, from_state, to_state, operator, reason, worker_id, created_at) ",
     );
@@ -359,21 +370,7 @@ async fn append_event_rows(
             .push_bind(e.worker_id.as_ref().map(|w| w.as_str().to_owned()))
             .push_bind(now);
     });
-    audit.build().execute(&mut *conn).await.at("append audit rows")?;
-
-    let mut outbox = QueryBuilder::new("INSERT INTO outbox (event_id, subject, task_name, instance_id, state, payload, created_at) ");
-    outbox.push_values(rows, |mut row, (e, id)| {
-        let subject = store.names.instance_event(&e.task, e.to);
-        let event = Event { id: id.clone(), time: now, body: EventBody::InstanceTransitioned((*e).clone()) };
-        row.push_bind(id.as_str().to_owned())
-            .push_bind(subject)
-            .push_bind(e.task.clone())
-            .push_bind(e.instance_id.as_str().to_owned())
-            .push_bind(e.to.as_str())
-            .push_bind(event.encode())
-            .push_bind(now);
-    });
-    outbox.build().execute(conn).await.at("append outbox events")?;
+    audit.build().execute(conn).await.at("append audit rows")?;
     Ok(())
 }
 

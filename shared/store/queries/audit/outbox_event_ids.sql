@@ -1,2 +1,0 @@
--- Events committed but not yet acknowledged by JetStream: not missing, only late.
-SELECT event_id FROM outbox

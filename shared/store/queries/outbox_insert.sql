@@ -1,2 +1,0 @@
-INSERT INTO outbox (event_id, subject, task_name, instance_id, state, payload, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)
