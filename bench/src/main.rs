@@ -56,6 +56,12 @@ struct RunArgs {
     /// Minutes the cron scenario watches [default: 3, or 1 with --quick].
     #[arg(long)]
     cron_minutes: Option<u32>,
+    /// Assignments each worker of scenarios 1–3 takes ahead of its 8 slots
+    /// (`ax worker --prefetch`). Throughput on 2 × 8 slots is bounded by the
+    /// assignments in flight over their round trip; more prefetch shows where CPU
+    /// bounds it instead.
+    #[arg(long, default_value_t = 8)]
+    prefetch: u32,
     /// Trigger rate of the latency scenario when the throughput scenario does not run
     /// in the same invocation (otherwise half of its end-to-end rate).
     #[arg(long, default_value_t = 500.0)]
@@ -164,7 +170,7 @@ async fn main() -> ExitCode {
 fn placement() -> Vec<(&'static str, &'static str)> {
     vec![
         ("scheduler", "process: target/release/ax scheduler, one per scenario (two in 5b failover)"),
-        ("workers, scenarios 1–3", "2 processes: target/release/ax worker --max-running 8 --prefetch 8 (built-in noop handler)"),
+        ("workers, scenarios 1–3", "2 processes: target/release/ax worker --max-running 8 --prefetch 8 (ax-bench --prefetch N to change) (built-in noop handler)"),
         ("workers, scenario 5a", "2 processes: ax-bench worker --max-running 8 (SDK, sleep handler); one kill -9ed, a new one started 3 s later"),
         ("trigger client, MySQL reads, clocks", "in-process (ax-bench)"),
         ("cron registration and relay of its events", "in-process, before the scheduler process starts (Store::register_task, ax_scheduler::relay::pass)"),
@@ -180,7 +186,7 @@ async fn run(selection: &[Scenario], args: &RunArgs) -> anyhow::Result<ExitCode>
     let log_dir = results_dir.join("logs").join(&stamp);
     std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
     let servers = Servers::from_env();
-    let ctx = Ctx { servers: servers.clone(), log_dir: log_dir.clone(), ax: procs::ax_binary()?, bench: procs::bench_binary()?, quick: args.quick, perf: args.perf };
+    let ctx = Ctx { servers: servers.clone(), log_dir: log_dir.clone(), ax: procs::ax_binary()?, bench: procs::bench_binary()?, quick: args.quick, perf: args.perf, prefetch: args.prefetch };
     let cron_tasks = args.cron_tasks.unwrap_or(if args.quick { 10_000 } else { 100_000 });
     let cron_minutes = args.cron_minutes.unwrap_or(if args.quick { 1 } else { 3 });
 
@@ -188,6 +194,7 @@ async fn run(selection: &[Scenario], args: &RunArgs) -> anyhow::Result<ExitCode>
     report.meta.insert("started_at".into(), json!(started_at));
     report.meta.insert("command".into(), json!(std::env::args().collect::<Vec<_>>().join(" ")));
     report.meta.insert("quick".into(), json!(args.quick));
+    report.meta.insert("worker_prefetch".into(), json!(args.prefetch));
     report.meta.insert("ax_binary".into(), json!(ctx.ax.display().to_string()));
     let placed: BTreeMap<&str, &str> = placement().into_iter().collect();
     report.meta.insert("placement".into(), json!(placed));

@@ -141,3 +141,37 @@ async fn a_batch_larger_than_one_statement_allows_is_created_whole() {
     assert_eq!(total, 4000);
     env.cleanup().await;
 }
+
+/// A worker that dies with an assignment queued (prefetched) never started it: the
+/// expiry dispatches it again with the attempt unspent, and the dead worker's late
+/// RUNNING is refused whether the instance waits or went to another worker.
+#[tokio::test]
+async fn an_expired_lease_before_running_spends_no_attempt_and_refuses_the_old_holder() {
+    let env = TestEnv::new().await;
+    let task = env.register(noop_task("unstarted")).await;
+    let id = env.store.create_instances(&[new_instance(&task, "u")]).await.unwrap()[0].instance_id().clone();
+    let (w1, w2): (ax_domain::ids::WorkerId, ax_domain::ids::WorkerId) = ("w1".parse().unwrap(), "w2".parse().unwrap());
+    let lease = ax_domain::now() + chrono::TimeDelta::seconds(30);
+    let step = |command| TransitionRequest { instance_id: id.clone(), command, operator: "test".into(), result: None };
+    let start = |worker: &ax_domain::ids::WorkerId| step(Command::Start { attempt: 1, worker_id: worker.clone(), lease_expires_at: lease, deadline_at: lease });
+    let applied = env
+        .store
+        .transition(&[
+            step(Command::Dispatch { worker_id: w1.clone(), lease_expires_at: lease }),
+            step(Command::Expire { reason: "lease of worker w1 expired".into(), retry_at: None }),
+        ])
+        .await
+        .unwrap();
+    assert!(applied.iter().all(Result::is_ok), "{applied:?}");
+    let instance = env.store.instance(&id).await.unwrap().unwrap();
+    assert_eq!((instance.state.kind(), instance.attempt), (StateKind::Created, 1));
+    assert!(env.store.transition(&[start(&w1)]).await.unwrap().remove(0).is_err(), "not dispatched: nobody may start it");
+
+    env.store.transition(&[step(Command::Dispatch { worker_id: w2.clone(), lease_expires_at: lease })]).await.unwrap().remove(0).unwrap();
+    assert!(env.store.transition(&[start(&w1)]).await.unwrap().remove(0).is_err(), "the old holder is refused");
+    env.store.transition(&[start(&w2)]).await.unwrap().remove(0).unwrap();
+    let trail = env.store.transitions(&id).await.unwrap();
+    assert_eq!(trail[2].reason, "lease of worker w1 expired before the attempt started; dispatched again");
+    assert_eq!(trail.last().map(|t| (t.to_state.as_str(), t.attempt)), Some(("RUNNING", 1)));
+    env.cleanup().await;
+}

@@ -77,6 +77,37 @@ pub async fn run(stage: &Stage, per_second: f64, why: &str, seconds: f64, report
         running_event.extend(seen.get(&(id.clone(), "RUNNING".to_owned())).map(|t| ms(at, *t)));
         succeeded_event.extend(seen.get(&(id.clone(), "SUCCEEDED".to_owned())).map(|t| ms(at, *t)));
     }
+    // Where the time to RUNNING goes: each stage's stamp is taken as its transaction
+    // begins (CREATED by the intake, DISPATCHED by the dispatcher, RUNNING by the
+    // report batch), so a stage includes the previous commit and the hand-off.
+    let stamps: Vec<(String, String, Timestamp)> = sqlx::query_as(
+        "SELECT instance_id, to_state, created_at FROM instance_transitions WHERE task_name = 'lat' AND attempt = 1 AND to_state IN ('CREATED', 'DISPATCHED', 'RUNNING')",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut by_instance: HashMap<&str, [Option<Timestamp>; 3]> = HashMap::new();
+    for (id, state, at) in &stamps {
+        let slot = match state.as_str() {
+            "CREATED" => 0,
+            "DISPATCHED" => 1,
+            _ => 2,
+        };
+        by_instance.entry(id.as_str()).or_default()[slot].get_or_insert(*at);
+    }
+    let (mut to_created, mut to_dispatched, mut to_running) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, trigger_id, _, _) in &rows {
+        let (Some(&at), Some(stages)) = (published.get(trigger_id.as_str()), by_instance.get(id.as_str())) else { continue };
+        if let [Some(created), Some(dispatched), Some(running)] = *stages {
+            to_created.push(ms(at, created));
+            to_dispatched.push(ms(created, dispatched));
+            to_running.push(ms(dispatched, running));
+        }
+    }
+    let stages = [
+        ("stage: publish → CREATED stamped", summarize(&mut to_created)),
+        ("stage: CREATED → DISPATCHED stamped", summarize(&mut to_dispatched)),
+        ("stage: DISPATCHED → RUNNING stamped", summarize(&mut to_running)),
+    ];
     let running = summarize(&mut running);
     let succeeded = summarize(&mut succeeded);
     let running_event = summarize(&mut running_event);
@@ -88,6 +119,10 @@ pub async fn run(stage: &Stage, per_second: f64, why: &str, seconds: f64, report
     report.push_summary(S, "trigger → SUCCEEDED (MySQL finished_at)", succeeded, None);
     report.push_summary(S, "trigger → RUNNING event received", running_event, None);
     report.push_summary(S, "trigger → SUCCEEDED event received", succeeded_event, None);
+    for (what, summary) in stages {
+        report.push(Figure::new(S, format!("{what} p50"), summary.map(|s| s.p50), Unit::Ms));
+        report.push(Figure::new(S, format!("{what} p99"), summary.map(|s| s.p99), Unit::Ms));
+    }
     report.detail(
         "latency",
         json!({

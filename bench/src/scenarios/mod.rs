@@ -34,6 +34,8 @@ pub struct Ctx {
     pub quick: bool,
     /// Record a `perf` profile of the throughput scenario.
     pub perf: bool,
+    /// `ax worker --prefetch` of the scenario 1–3 workers.
+    pub prefetch: u32,
 }
 
 /// `ax` processes plus the backing services and this harness: everything whose CPU

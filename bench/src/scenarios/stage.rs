@@ -43,9 +43,10 @@ impl Stage {
         let slots = SLOTS.to_string();
         let mut workers = Vec::new();
         for i in 0..WORKERS {
-            // 8 slots each, and 8 assignments taken ahead so a freed slot never waits for
-            // the dispatcher's round trip (AX_WORKER_PREFETCH; concurrency stays 8).
-            workers.push(env.spawn(&format!("worker{i}"), &ctx.ax, &["worker", "--max-running", &slots, "--prefetch", &std::env::var("AXB_PREFETCH").unwrap_or(slots.clone())])?);
+            // 8 slots each, and assignments taken ahead (8 unless --prefetch says
+            // otherwise) so a freed slot never waits for the dispatcher's round trip
+            // (AX_WORKER_PREFETCH; concurrency stays 8).
+            workers.push(env.spawn(&format!("worker{i}"), &ctx.ax, &["worker", "--max-running", &slots, "--prefetch", &ctx.prefetch.to_string()])?);
         }
         let mut seen = HashSet::new();
         tokio::time::timeout(Duration::from_secs(30), async {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ax_domain::state::Command;
+use ax_domain::state::{Command, StateKind};
 use ax_store::{Overdue, TransitionRequest};
 
 use crate::leader::Term;
@@ -62,16 +62,19 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Expires overdue attempts: next attempt due by the retry policy, or FAILED.
+/// Expires overdue attempts: next attempt due by the retry policy, or FAILED. An
+/// attempt still DISPATCHED never started, and is dispatched again unspent.
 async fn end(shared: &Shared, term: &Term, overdue: Vec<Overdue>, reason: impl Fn(&Overdue) -> String, counter: &'static str) -> anyhow::Result<usize> {
     let now = ax_domain::now();
     let mut requests = Vec::with_capacity(overdue.len());
     for o in &overdue {
         let task_id: ax_domain::ids::TaskId = o.task_id.parse()?;
         let definition = shared.tasks.get(&task_id, o.task_version).await?;
+        let started = o.state != StateKind::Dispatched.as_str();
         let retry_at = match &definition {
-            Some(definition) => retry::next_attempt_at(shared, &definition.task_name, &definition.execution.retry, o.attempt, true, now),
-            None => None,
+            // Only a started attempt is spent, and only a spent one draws on the retry budget.
+            Some(definition) if started => retry::next_attempt_at(shared, &definition.task_name, &definition.execution.retry, o.attempt, true, now),
+            _ => None,
         };
         if let Some(definition) = &definition {
             ::metrics::counter!(counter, "task" => definition.task_name.clone()).increment(1);

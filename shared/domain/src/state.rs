@@ -398,9 +398,15 @@ pub fn apply(snapshot: Snapshot, command: Command, now: Timestamp) -> Result<Mov
             check(reported, &worker_id, &r.worker_id)?;
             moved(InstanceState::Created(r.hand_back()), attempt, "handed back by worker".into())
         }
-        (InstanceState::Dispatched(_) | InstanceState::Running(_), Command::Expire { reason, retry_at }) => {
-            moved(fail_or_retry(now, retry_at), attempt, reason)
+        (InstanceState::Dispatched(d), Command::Expire { reason, .. }) => {
+            // A worker confirms RUNNING before it starts a handler, so a DISPATCHED
+            // attempt never ran: its worker died or froze with it queued (prefetched,
+            // say). It is dispatched again with the attempt unspent; should the old
+            // worker come back, its RUNNING names a worker or a state that no longer
+            // holds and is refused.
+            moved(InstanceState::Created(d.hand_back()), attempt, format!("{reason} before the attempt started; dispatched again"))
         }
+        (InstanceState::Running(_), Command::Expire { reason, retry_at }) => moved(fail_or_retry(now, retry_at), attempt, reason),
         (InstanceState::Created(c), Command::FanOut { total }) if total > 0 => {
             moved(InstanceState::Sharded(c.fan_out(total)), attempt, format!("split into {total} shards"))
         }
@@ -524,6 +530,21 @@ mod tests {
         let snapshot = Snapshot { state: state_of(StateKind::Running), attempt: 1 };
         let err = apply(snapshot, Command::Succeed { attempt: 1, worker_id: worker("w2") }, now()).unwrap_err();
         assert!(matches!(err, TransitionError::NotHolder { .. }));
+    }
+
+    #[test]
+    fn given_dispatched_when_its_lease_expires_then_it_is_dispatched_again_with_the_attempt_unspent() {
+        let snapshot = Snapshot { state: state_of(StateKind::Dispatched), attempt: 2 };
+        let moved = apply(snapshot, Command::Expire { reason: "lease of worker w1 expired".into(), retry_at: None }, now()).unwrap();
+        assert_eq!((moved.state.kind(), moved.attempt), (StateKind::Created, 2));
+        assert_eq!(moved.reason, "lease of worker w1 expired before the attempt started; dispatched again");
+    }
+
+    #[test]
+    fn given_running_when_its_lease_expires_then_the_attempt_is_spent() {
+        let snapshot = Snapshot { state: state_of(StateKind::Running), attempt: 1 };
+        let moved = apply(snapshot, Command::Expire { reason: "lease expired".into(), retry_at: None }, now()).unwrap();
+        assert_eq!(moved.state.kind(), StateKind::Failed);
     }
 
     #[test]
