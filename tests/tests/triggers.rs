@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ax_domain::state::StateKind;
 use ax_tests::{count_in_state, eventually, percentiles, recording_handler, RunLog, TestEnv};
+use futures::StreamExt;
 use serde_json::json;
 
 fn millis(t: chrono::DateTime<chrono::Utc>) -> f64 {
@@ -310,5 +311,33 @@ async fn one_batch_fires_a_schedule_twice_in_order_and_a_stale_fire_not_at_all()
     let due: Vec<chrono::DateTime<chrono::Utc>> =
         sqlx::query_scalar("SELECT due_at FROM instances WHERE task_name = 'twice' ORDER BY due_at").fetch_all(env.store.pool()).await.unwrap();
     assert_eq!(due, [first, second]);
+    env.cleanup().await;
+}
+
+/// Many first registrations of cron tasks at once (a deployment registering its
+/// tasks in parallel) all succeed: none deadlocks into a `Busy` the caller must retry.
+#[tokio::test]
+async fn concurrent_first_registrations_of_cron_tasks_never_come_back_busy() {
+    let env = TestEnv::new().await;
+    let definitions: Vec<ax_domain::task::TaskDefinition> = (0..240)
+        .map(|i| {
+            let json = json!({
+                "task_name": format!("burst-{i:03}"),
+                "owner": "tests",
+                "triggers": [{"type": "cron", "cron": format!("{} * * * * *", i % 60)}],
+                "execution": {"handler": "noop"}
+            });
+            ax_domain::task::TaskDefinition::from_json(json.to_string().as_bytes()).unwrap()
+        })
+        .collect();
+    let results: Vec<Result<ax_store::Registered, ax_store::StoreError>> = futures::stream::iter(&definitions)
+        .map(|d| env.store.register_task(d, "tests"))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let failed: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().map(ToString::to_string)).collect();
+    assert!(failed.is_empty(), "{} of 240 registrations failed, e.g. {:?}", failed.len(), failed.first());
+    let schedules: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM cron_schedules").fetch_one(env.store.pool()).await.unwrap();
+    assert_eq!(schedules, 240);
     env.cleanup().await;
 }

@@ -46,6 +46,7 @@ pub(crate) async fn sync_schedules(
     definition: &TaskDefinition,
     version: u32,
     previous: Option<&TaskDefinition>,
+    fresh: bool,
     now: Timestamp,
 ) -> Result<(), StoreError> {
     let crons: Vec<(u16, &str, &str)> = definition
@@ -61,14 +62,20 @@ pub(crate) async fn sync_schedules(
     if crons.is_empty() && !had_crons {
         return Ok(());
     }
-    let existing: Vec<CronRow> = sqlx::query_as(
-        "SELECT task_id, trigger_index, task_name, task_version, expression, timezone, next_fire_at FROM cron_schedules WHERE task_id = ? FOR UPDATE",
-    )
-    .bind(task_id.as_str())
-    .fetch_all(&mut *tx)
-    .await
-    .at("read cron schedules")?;
-    sqlx::query("DELETE FROM cron_schedules WHERE task_id = ?").bind(task_id.as_str()).execute(&mut *tx).await.at("drop cron schedules")?;
+    // A task created in this transaction has no schedules yet: nothing to read or drop.
+    let existing: Vec<CronRow> = if fresh {
+        Vec::new()
+    } else {
+        let existing = sqlx::query_as(
+            "SELECT task_id, trigger_index, task_name, task_version, expression, timezone, next_fire_at FROM cron_schedules WHERE task_id = ? FOR UPDATE",
+        )
+        .bind(task_id.as_str())
+        .fetch_all(&mut *tx)
+        .await
+        .at("read cron schedules")?;
+        sqlx::query("DELETE FROM cron_schedules WHERE task_id = ?").bind(task_id.as_str()).execute(&mut *tx).await.at("drop cron schedules")?;
+        existing
+    };
     for (index, expression, timezone) in crons {
         let kept = existing
             .iter()

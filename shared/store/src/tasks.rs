@@ -84,13 +84,22 @@ impl Store {
     async fn register_once(&self, definition: &TaskDefinition, operator: &str) -> Result<Registered, StoreError> {
         let now = ax_domain::now();
         let json = definition.to_json();
-        let mut tx = self.pool.begin().await.at("begin register task")?;
+        // READ COMMITTED for this one transaction: under REPEATABLE READ the locking
+        // read of a name not registered yet (and of the new task's cron schedules)
+        // takes a gap lock, and concurrent first registrations, each then inserting
+        // into the gap the other locked, deadlocked (1,711 of 100,000 registrations
+        // at 8 at once came back Busy). The unique name still decides a race: the
+        // loser's insert fails as a duplicate and is retried as an update.
+        let mut conn = self.pool.acquire().await.at("begin register task")?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await.at("begin register task")?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.at("begin register task")?;
         let current: Option<TaskRow> = sqlx::query_as(include_str!("../queries/task_lock_by_name.sql"))
             .bind(&definition.task_name)
             .fetch_optional(&mut *tx)
             .await
             .at("lock task row")?;
         let previous: Option<TaskDefinition> = current.as_ref().filter(|r| r.deleted_at.is_none()).and_then(|r| serde_json::from_str(&r.definition).ok());
+        let fresh = current.is_none();
         let (id, version, created_at, action) = match current {
             None => {
                 let id = TaskId::generate();
@@ -138,7 +147,7 @@ impl Store {
             .await
             .at("insert task version")?;
         crate::chains::sync_edges(&mut tx, &id, definition, previous.as_ref()).await?;
-        crate::schedules::sync_schedules(&mut tx, &id, definition, version, previous.as_ref(), now).await?;
+        crate::schedules::sync_schedules(&mut tx, &id, definition, version, previous.as_ref(), fresh, now).await?;
         let change = TaskChanged { task: definition.task_name.clone(), task_version: version, action, operator: operator.to_owned() };
         insert_task_event(&mut tx, self, change, now).await?;
         tx.commit().await.at("commit register task")?;
