@@ -54,11 +54,23 @@ impl Store {
     /// The oldest `limit` batches, in commit order per instance; rows that do not
     /// decode come back apart.
     pub async fn outbox_pending(&self, limit: u32) -> Result<(Vec<OutboxBatch>, Vec<DamagedBatch>), StoreError> {
-        let rows: Vec<BatchRow> = sqlx::query_as("SELECT id, events, body, created_at FROM outbox_batches ORDER BY id LIMIT ?")
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .at("read outbox")?;
+        self.outbox_pending_except(limit, &[]).await
+    }
+
+    /// [`Store::outbox_pending`] leaving out `published`: batches a relay published
+    /// and has not deleted yet.
+    pub async fn outbox_pending_except(&self, limit: u32, published: &[u64]) -> Result<(Vec<OutboxBatch>, Vec<DamagedBatch>), StoreError> {
+        let mut query = sqlx::QueryBuilder::new("SELECT id, events, body, created_at FROM outbox_batches");
+        if !published.is_empty() {
+            query.push(" WHERE id NOT IN (");
+            let mut list = query.separated(", ");
+            for id in crate::shapes::padded(published) {
+                list.push_bind(*id);
+            }
+            query.push(")");
+        }
+        query.push(" ORDER BY id LIMIT ").push_bind(limit);
+        let rows: Vec<BatchRow> = query.build_query_as().fetch_all(&self.pool).await.at("read outbox")?;
         let mut batches = Vec::with_capacity(rows.len());
         let mut damaged = Vec::new();
         for row in rows {
