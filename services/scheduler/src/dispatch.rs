@@ -15,6 +15,7 @@
 //! one appears: a heartbeat from a new worker wakes the dispatcher.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ax_domain::ids::InstanceId;
@@ -37,28 +38,47 @@ const GATHER: Duration = Duration::from_millis(2);
 /// How often waiting instances are checked for slots without a wake-up.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
-/// Tells every scheduler replica's dispatcher that work may be ready.
+/// Tells the leader's dispatcher that work may be ready: in the process when it
+/// runs here, over NATS when another replica leads. A kick lost in a change of
+/// leader costs at most one `dispatch_interval`: a new term starts with a pass.
 pub(crate) async fn kick(shared: &Shared) {
     shared.dispatch_wake.notify_one();
-    let _ = shared.deps.bus.client.publish(shared.deps.bus.names.dispatch_kick(), bytes::Bytes::new()).await;
+    if !shared.dispatching_here.load(Ordering::Acquire) {
+        let _ = shared.deps.bus.client.publish(shared.deps.bus.names.dispatch_kick(), bytes::Bytes::new()).await;
+    }
+}
+
+/// Clears [`Shared::dispatching_here`] however the dispatcher ends.
+struct DispatchingHere<'a>(&'a AtomicBool);
+
+impl Drop for DispatchingHere<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// Dispatches during one leadership term.
 pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
     let interval = shared.config.scheduler.dispatch_interval.0;
     let mut kicks = shared.deps.bus.client.subscribe(shared.deps.bus.names.dispatch_kick()).await?;
+    shared.dispatching_here.store(true, Ordering::Release);
+    let _here = DispatchingHere(&shared.dispatching_here);
     let mut last_sweep = tokio::time::Instant::now();
     let mut last_pass = tokio::time::Instant::now();
+    // A term starts with a pass: kicks sent while no dispatcher listened are lost.
+    let mut first = true;
     loop {
-        tokio::select! {
-            biased;
-            _ = term.token.cancelled() => break,
-            _ = shared.dispatch_wake.notified() => {}
-            Some(_) = kicks.next() => {}
-            _ = tokio::time::sleep(interval) => {}
+        if !std::mem::take(&mut first) {
+            tokio::select! {
+                biased;
+                _ = term.token.cancelled() => break,
+                _ = shared.dispatch_wake.notified() => {}
+                Some(_) = kicks.next() => {}
+                _ = tokio::time::sleep(interval) => {}
+            }
         }
-        // Every report commit that frees a slot kicks, locally and over NATS: right
-        // after a pass, wait a moment so a burst of kicks makes one larger pass.
+        // Every report commit that frees a slot kicks: right after a pass, wait a
+        // moment so a burst of kicks makes one larger pass.
         if let Some(wait) = GATHER.checked_sub(last_pass.elapsed()) {
             tokio::time::sleep(wait).await;
         }

@@ -61,6 +61,9 @@ pub(crate) struct Shared {
     pub tasks: tasks::TaskCache,
     /// Wakes the dispatcher: new instances, a freed slot, a new worker.
     pub dispatch_wake: Arc<Notify>,
+    /// Set while this replica leads and its dispatcher runs: a kick then stays in
+    /// the process instead of a NATS round trip to itself.
+    pub dispatching_here: Arc<std::sync::atomic::AtomicBool>,
     /// Wakes the timer: something earlier may have been indexed.
     pub timer_wake: Arc<Notify>,
     /// Cron fires this leader planned.
@@ -83,6 +86,7 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
         registry: registry::Registry::new(config.scheduler.lease.0),
         tasks: tasks::TaskCache::new(deps.store.clone()),
         dispatch_wake: Arc::new(Notify::new()),
+        dispatching_here: Arc::default(),
         timer_wake: Arc::new(Notify::new()),
         planned: cron::Planned::default(),
         replan: Arc::default(),
