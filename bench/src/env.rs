@@ -136,7 +136,7 @@ impl BenchEnv {
         if !keys.is_empty() {
             let _ = redis::cmd("DEL").arg(&keys).query_async::<()>(&mut conn).await;
         }
-        self.store.pool().close().await;
+        self.store.close().await;
     }
 }
 

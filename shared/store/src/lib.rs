@@ -19,6 +19,7 @@
 //! - [`health`]: the task health report's numbers
 //! - [`monitoring`]: the monitor's gauges and rule inputs
 //! - `shapes`: batch statements padded or cut to a few sizes (why: see the module)
+//! - `hot`: connections the hot path keeps beside the pool (why: see the module)
 //! - `queries/`: the SQL, one file per statement
 
 pub mod chains;
@@ -26,6 +27,7 @@ pub mod alerts;
 pub mod audit;
 pub mod error;
 pub mod health;
+mod hot;
 pub mod instances;
 pub mod leader;
 pub mod logs;
@@ -67,6 +69,7 @@ pub struct Store {
     /// Woken after every commit that wrote to the outbox, so an in-process relay
     /// publishes at once instead of at its next poll.
     outbox_written: Arc<Notify>,
+    hot: Arc<hot::HotConnections>,
 }
 
 impl Store {
@@ -95,7 +98,20 @@ impl Store {
         if let Some(database) = options.get_database().map(str::to_owned) {
             create_database_if_missing(url, &database).await?;
         }
-        let mut pool = MySqlPoolOptions::new().max_connections(max_connections).acquire_timeout(std::time::Duration::from_secs(10));
+        // Not on every checkout (sqlx's default): a connection in use moments ago is
+        // alive, and the hot path takes a connection per transaction (see `hot`).
+        let mut pool = MySqlPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= hot::PING_AFTER_IDLE {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            });
         if let Some(limit) = idle_limit_sec {
             pool = pool
                 .min_connections(0)
@@ -110,11 +126,27 @@ impl Store {
             pool = pool.min_connections(1);
         }
         let pool = pool.connect_with(options).await.map_err(StoreError::Connect)?;
-        Ok(Self::from_pool(pool, names))
+        Ok(Self::with_pool(pool, names, idle_limit_sec))
     }
 
     pub fn from_pool(pool: MySqlPool, names: Names) -> Self {
-        Self { pool, names, outbox_written: Arc::new(Notify::new()) }
+        Self::with_pool(pool, names, None)
+    }
+
+    fn with_pool(pool: MySqlPool, names: Names, idle_limit_sec: Option<u32>) -> Self {
+        let hot = Arc::new(hot::HotConnections::new(pool.options().get_max_connections(), idle_limit_sec));
+        Self { pool, names, outbox_written: Arc::new(Notify::new()), hot }
+    }
+
+    /// A connection for the hot path (see `hot`).
+    pub(crate) async fn hot(&self) -> Result<hot::HotConnection, StoreError> {
+        self.hot.take(&self.pool).await
+    }
+
+    /// Closes every connection, the hot path's included, and waits until they are.
+    pub async fn close(&self) {
+        self.hot.release_all();
+        self.pool.close().await;
     }
 
     /// Applies every pending migration.

@@ -70,7 +70,9 @@ impl Store {
             query.push(")");
         }
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
-        let rows: Vec<BatchRow> = query.build_query_as().fetch_all(&self.pool).await.at("read outbox")?;
+        let mut conn = self.hot().await?;
+        let rows: Vec<BatchRow> = query.build_query_as().fetch_all(&mut *conn).await.at("read outbox")?;
+        conn.done();
         let mut batches = Vec::with_capacity(rows.len());
         let mut damaged = Vec::new();
         for row in rows {
@@ -99,7 +101,9 @@ impl Store {
             list.push_bind(*id);
         }
         query.push(")");
-        query.build().execute(&self.pool).await.at("delete published outbox rows")?;
+        let mut conn = self.hot().await?;
+        query.build().execute(&mut *conn).await.at("delete published outbox rows")?;
+        conn.done();
         Ok(())
     }
 

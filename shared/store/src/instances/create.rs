@@ -73,9 +73,11 @@ impl Store {
             debug_assert!(new.initial.is_initial(), "{} is not an initial state", new.initial);
         }
         let outcomes = retry_busy(|| async {
-            let mut tx = self.pool.begin().await.at("begin create instances")?;
+            let mut conn = self.hot().await?;
+            let mut tx = sqlx::Connection::begin(&mut *conn).await.at("begin create instances")?;
             let outcomes = self.create_in(&mut tx, batch).await?;
             tx.commit().await.at("commit create instances")?;
+            conn.done();
             Ok(outcomes)
         })
         .await?;

@@ -71,12 +71,14 @@ impl Store {
         let sql = format!(
             "SELECT {INSTANCE_COLUMNS} FROM instances WHERE state = 'CREATED' AND due_at <= ? ORDER BY priority, due_at LIMIT ?"
         );
+        let mut conn = self.hot().await?;
         let rows: Vec<InstanceRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(now)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .at("list due instances")?;
+        conn.done();
         rows.into_iter().map(InstanceRecord::try_from).collect()
     }
 }
@@ -85,21 +87,25 @@ impl Store {
     /// How many instances each worker holds (DISPATCHED or RUNNING): the load the
     /// dispatcher balances, read from the authority rather than guessed.
     pub async fn held_by_worker(&self) -> Result<Vec<(String, u32)>, StoreError> {
+        let mut conn = self.hot().await?;
         let rows: Vec<(String, i64)> = sqlx::query_as(include_str!("../../queries/instances_held_by_worker.sql"))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .at("count held instances")?;
+        conn.done();
         Ok(rows.into_iter().map(|(w, n)| (w, n.max(0) as u32)).collect())
     }
 
     /// RETRYING instances whose next attempt is due.
     pub async fn due_retries(&self, now: Timestamp, limit: u32) -> Result<Vec<InstanceId>, StoreError> {
+        let mut conn = self.hot().await?;
         let ids: Vec<String> = sqlx::query_scalar(include_str!("../../queries/instances_due_retries.sql"))
             .bind(now)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *conn)
             .await
             .at("list due retries")?;
+        conn.done();
         ids.into_iter()
             .map(|id| id.parse().map_err(|e: ax_domain::ids::InvalidId| StoreError::Corrupt { what: "instances", reason: e.to_string() }))
             .collect()

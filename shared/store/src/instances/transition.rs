@@ -75,12 +75,14 @@ impl Store {
     }
 
     async fn transition_once(&self, batch: &[TransitionRequest], fence: Option<Fence>) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
-        let mut tx = self.pool.begin().await.at("begin transition")?;
+        let mut conn = self.hot().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.at("begin transition")?;
         if let Some(fence) = fence {
             check_fence(&mut tx, fence).await?;
         }
         let outcomes = self.apply_in(&mut tx, batch).await?;
         tx.commit().await.at("commit transition")?;
+        conn.done();
         Ok(outcomes)
     }
 
