@@ -175,3 +175,48 @@ async fn an_expired_lease_before_running_spends_no_attempt_and_refuses_the_old_h
     assert_eq!(trail.last().map(|t| (t.to_state.as_str(), t.attempt)), Some(("RUNNING", 1)));
     env.cleanup().await;
 }
+
+/// The hot path keeps its connections beside the pool and returns them without a
+/// ping: one the server dropped meanwhile (a restart, `KILL`, `wait_timeout`) must
+/// be noticed before use, not surface as a failed transition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transitions_go_on_after_mysql_dropped_every_connection() {
+    use sqlx::Connection;
+    let env = TestEnv::new().await;
+    let task = env.register(noop_task("dropped")).await;
+    let created = env.store.create_instances(&[new_instance(&task, "t-1"), new_instance(&task, "t-2")]).await.unwrap();
+    let ids: Vec<_> = created
+        .into_iter()
+        .map(|c| match c {
+            CreateOutcome::Created(id) => id,
+            other => panic!("expected a new instance, got {other:?}"),
+        })
+        .collect();
+    let dispatch = |id: &ax_domain::ids::InstanceId| TransitionRequest {
+        instance_id: id.clone(),
+        command: Command::Dispatch { worker_id: "w1".parse().unwrap(), lease_expires_at: ax_domain::now() + chrono::TimeDelta::seconds(30) },
+        operator: "test".into(),
+        result: None,
+    };
+    assert!(env.store.transition(&[dispatch(&ids[0])]).await.unwrap()[0].is_ok());
+
+    let mut admin = sqlx::MySqlConnection::connect(&ax_tests::mysql_server_url()).await.unwrap();
+    let victims: Vec<i64> = sqlx::query_scalar("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?")
+        .bind(&env.database)
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
+    assert!(!victims.is_empty(), "the store holds connections to its database");
+    for id in &victims {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}"))).execute(&mut admin).await;
+    }
+    admin.close().await.unwrap();
+    // A connection idle this long is checked before it is handed out again.
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+
+    let outcome = env.store.transition(&[dispatch(&ids[1])]).await.expect("a dropped connection is replaced, not used");
+    assert!(outcome[0].is_ok());
+    let instance = env.store.instance(&ids[1]).await.unwrap().unwrap();
+    assert_eq!(instance.state.kind(), StateKind::Dispatched);
+    env.cleanup().await;
+}

@@ -7,7 +7,9 @@
 //! thread, on the path of every report, dispatch and trigger batch. A connection
 //! here goes back to a short stack without a ping. One idle for a second is pinged
 //! before it is used again; one idle longer than its server would keep it is
-//! closed; one whose user did not say it ended cleanly is closed.
+//! closed; one whose user did not say it ended cleanly is closed. A connection the
+//! server dropped within a second of its last use fails the one operation that
+//! takes it (and is closed); callers retry as they do after any MySQL error.
 //!
 //! The connections stay checked out of the sqlx pool, so `max_connections` still
 //! bounds the process; the stack keeps at most half of them.
