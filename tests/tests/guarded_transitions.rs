@@ -220,3 +220,47 @@ async fn transitions_go_on_after_mysql_dropped_every_connection() {
     assert_eq!(instance.state.kind(), StateKind::Dispatched);
     env.cleanup().await;
 }
+
+/// The dispatcher's one read before its due read: held counts per worker and the
+/// retries whose back-off has passed (and not the ones still waiting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dispatch_view_counts_held_instances_and_lists_due_retries() {
+    let env = TestEnv::new().await;
+    let task = env.register(noop_task("viewed")).await;
+    let batch: Vec<_> = (0..5).map(|n| new_instance(&task, &format!("t-{n}"))).collect();
+    let ids: Vec<_> = env
+        .store
+        .create_instances(&batch)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| match c {
+            CreateOutcome::Created(id) => id,
+            other => panic!("expected a new instance, got {other:?}"),
+        })
+        .collect();
+    let now = ax_domain::now();
+    let lease = now + chrono::TimeDelta::seconds(30);
+    let request = |id: &ax_domain::ids::InstanceId, command: Command| TransitionRequest { instance_id: id.clone(), command, operator: "test".into(), result: None };
+    let worker = |name: &str| -> ax_domain::ids::WorkerId { name.parse().unwrap() };
+    // w1 holds two (one RUNNING), w2 one; two of w2's earlier attempts failed, one
+    // retry due a second ago, one in a minute.
+    let mut requests = Vec::new();
+    for (id, w) in [(&ids[0], "w1"), (&ids[1], "w1"), (&ids[2], "w2"), (&ids[3], "w2"), (&ids[4], "w2")] {
+        requests.push(request(id, Command::Dispatch { worker_id: worker(w), lease_expires_at: lease }));
+    }
+    requests.push(request(&ids[0], Command::Start { attempt: 1, worker_id: worker("w1"), lease_expires_at: lease, deadline_at: lease }));
+    for (id, retry_at) in [(&ids[3], now - chrono::TimeDelta::seconds(1)), (&ids[4], now + chrono::TimeDelta::seconds(60))] {
+        requests.push(request(id, Command::Start { attempt: 1, worker_id: worker("w2"), lease_expires_at: lease, deadline_at: lease }));
+        requests.push(request(id, Command::Fail { attempt: 1, worker_id: worker("w2"), reason: "boom".into(), retry_at: Some(retry_at) }));
+    }
+    for outcome in env.store.transition(&requests).await.unwrap() {
+        outcome.expect("every step is legal");
+    }
+
+    let mut view = env.store.dispatch_view(ax_domain::now(), 10).await.unwrap();
+    view.held.sort();
+    assert_eq!(view.held, [("w1".to_owned(), 2), ("w2".to_owned(), 1)]);
+    assert_eq!(view.due_retries, [ids[3].clone()]);
+    env.cleanup().await;
+}

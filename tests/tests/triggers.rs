@@ -341,3 +341,38 @@ async fn concurrent_first_registrations_of_cron_tasks_never_come_back_busy() {
     assert_eq!(schedules, 240);
     env.cleanup().await;
 }
+
+/// A delayed trigger that comes in through intake is in the timer's due index at
+/// once: intake tells the leader's timer in the process (its kick no longer goes
+/// over NATS to itself), rather than the timer finding it at its periodic reindex
+/// five seconds later (and the dispatcher's 200 ms poll starting it that late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_triggers_from_nats_are_indexed_for_the_timer_at_once() {
+    let env = TestEnv::new().await;
+    let scheduler = env.start_scheduler(env.config(&[]));
+    env.register(json!({"task_name": "soon", "owner": "tests", "execution": {"handler": "record"}})).await;
+    let client = redis::Client::open(ax_tests::redis_url()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let due_key = format!("{}:due", env.namespace);
+
+    // The first is indexed by whatever comes first (the new term's reindex or the
+    // kick); the second, right after it, can only be indexed in time by the kick.
+    for trigger in ["first", "second"] {
+        let body = json!({"trigger_id": trigger, "delay_sec": 60}).to_string();
+        env.bus.jetstream.publish(env.names.trigger("soon"), body.into()).await.unwrap().await.unwrap();
+        let timeout = if trigger == "first" { Duration::from_secs(15) } else { Duration::from_millis(2_500) };
+        eventually(timeout, &format!("the {trigger} delayed instance in the due index"), || {
+            let (env, redis, due_key) = (&env, redis.clone(), due_key.clone());
+            async move {
+                let id: Option<String> =
+                    sqlx::query_scalar("SELECT id FROM instances WHERE trigger_id = ?").bind(trigger).fetch_optional(env.store.pool()).await.unwrap();
+                let member = format!("i:{}", id?);
+                let score: Option<f64> = redis::cmd("ZSCORE").arg(&due_key).arg(&member).query_async(&mut redis.clone()).await.unwrap();
+                score.map(|_| ())
+            }
+        })
+        .await;
+    }
+    scheduler.stop().await;
+    env.cleanup().await;
+}

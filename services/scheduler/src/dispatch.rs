@@ -38,11 +38,13 @@ const GATHER: Duration = Duration::from_millis(2);
 /// How often waiting instances are checked for slots without a wake-up.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
-/// Tells the leader's dispatcher that work may be ready: in the process when it
-/// runs here, over NATS when another replica leads. A kick lost in a change of
-/// leader costs at most one `dispatch_interval`: a new term starts with a pass.
+/// Tells the leader's dispatcher, and its timer (which indexes due times of new
+/// instances), that work may be ready: in the process when they run here, over
+/// NATS when another replica leads. A kick lost in a change of leader costs
+/// nothing: a new term starts with a dispatch pass and a reindex.
 pub(crate) async fn kick(shared: &Shared) {
     shared.dispatch_wake.notify_one();
+    shared.due_changed.notify_one();
     if !shared.dispatching_here.load(Ordering::Acquire) {
         let _ = shared.deps.bus.client.publish(shared.deps.bus.names.dispatch_kick(), bytes::Bytes::new()).await;
     }
@@ -143,10 +145,11 @@ struct PassResult {
 async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<PassResult> {
     let store = &shared.deps.store;
     let now = ax_domain::now();
-    release_due_retries(shared, term, now).await?;
+    let view = store.dispatch_view(now, BATCH).await?;
+    release_due_retries(shared, term, view.due_retries).await?;
 
     let workers = shared.registry.alive_workers(now);
-    let mut load: HashMap<String, u32> = store.held_by_worker().await?.into_iter().collect();
+    let mut load: HashMap<String, u32> = view.held.into_iter().collect();
     // Read only as many due instances as the pool could take (plus some, for ones
     // that only certain workers may run): a backlog of thousands behind 16 free
     // slots costs 16-odd rows a pass, not a full batch.
@@ -269,8 +272,7 @@ fn capacity(worker: &WorkerEntry) -> u32 {
 }
 
 /// RETRYING instances whose back-off has passed begin their next attempt.
-async fn release_due_retries(shared: &Shared, term: &Term, now: ax_domain::Timestamp) -> anyhow::Result<()> {
-    let due = shared.deps.store.due_retries(now, BATCH).await?;
+async fn release_due_retries(shared: &Shared, term: &Term, due: Vec<InstanceId>) -> anyhow::Result<()> {
     if due.is_empty() {
         return Ok(());
     }

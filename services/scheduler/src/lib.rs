@@ -66,6 +66,9 @@ pub(crate) struct Shared {
     pub dispatching_here: Arc<std::sync::atomic::AtomicBool>,
     /// Wakes the timer: something earlier may have been indexed.
     pub timer_wake: Arc<Notify>,
+    /// Tells the timer that instances were created or moved: their due times are
+    /// indexed again from MySQL (a kick over NATS says the same from elsewhere).
+    pub due_changed: Arc<Notify>,
     /// Cron fires this leader planned.
     pub planned: cron::Planned,
     /// Set when Redis lost its state: the planner starts over from MySQL.
@@ -88,6 +91,7 @@ pub async fn run(config: Config, deps: Deps, shutdown: CancellationToken) -> any
         dispatch_wake: Arc::new(Notify::new()),
         dispatching_here: Arc::default(),
         timer_wake: Arc::new(Notify::new()),
+        due_changed: Arc::new(Notify::new()),
         planned: cron::Planned::default(),
         replan: Arc::default(),
         reindex: Arc::default(),

@@ -66,6 +66,7 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
                 biased;
                 _ = term.token.cancelled() => return Ok(()),
                 _ = shared.timer_wake.notified() => continue,
+                _ = shared.due_changed.notified() => { reconcile_wanted = true; continue }
                 Some(_) = kicks.next() => { reconcile_wanted = true; continue }
                 _ = tokio::time::sleep(sleep) => {}
             }

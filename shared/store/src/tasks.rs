@@ -188,7 +188,9 @@ impl Store {
             list.push_bind(name.to_string());
         }
         query.push(")");
-        let rows: Vec<TaskRow> = query.build_query_as().fetch_all(&self.pool).await.at("get tasks by name")?;
+        let mut conn = self.hot().await?;
+        let rows: Vec<TaskRow> = query.build_query_as().fetch_all(&mut *conn).await.at("get tasks by name")?;
+        conn.done();
         rows.into_iter().map(TaskRecord::try_from).collect()
     }
 

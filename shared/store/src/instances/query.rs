@@ -83,32 +83,38 @@ impl Store {
     }
 }
 
-impl Store {
+/// What a dispatch pass reads before the due instances (see [`Store::dispatch_view`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DispatchView {
     /// How many instances each worker holds (DISPATCHED or RUNNING): the load the
     /// dispatcher balances, read from the authority rather than guessed.
-    pub async fn held_by_worker(&self) -> Result<Vec<(String, u32)>, StoreError> {
-        let mut conn = self.hot().await?;
-        let rows: Vec<(String, i64)> = sqlx::query_as(include_str!("../../queries/instances_held_by_worker.sql"))
-            .fetch_all(&mut *conn)
-            .await
-            .at("count held instances")?;
-        conn.done();
-        Ok(rows.into_iter().map(|(w, n)| (w, n.max(0) as u32)).collect())
-    }
+    pub held: Vec<(String, u32)>,
+    /// RETRYING instances whose next attempt is due, urgent first.
+    pub due_retries: Vec<InstanceId>,
+}
 
-    /// RETRYING instances whose next attempt is due.
-    pub async fn due_retries(&self, now: Timestamp, limit: u32) -> Result<Vec<InstanceId>, StoreError> {
+impl Store {
+    /// The held counts and the due retries, in one round trip: both are read on
+    /// every dispatch pass, on the way from a trigger to RUNNING.
+    pub async fn dispatch_view(&self, now: Timestamp, retry_limit: u32) -> Result<DispatchView, StoreError> {
         let mut conn = self.hot().await?;
-        let ids: Vec<String> = sqlx::query_scalar(include_str!("../../queries/instances_due_retries.sql"))
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(include_str!("../../queries/instances_dispatch_view.sql"))
             .bind(now)
-            .bind(limit)
+            .bind(retry_limit)
             .fetch_all(&mut *conn)
             .await
-            .at("list due retries")?;
+            .at("read the dispatch view")?;
         conn.done();
-        ids.into_iter()
-            .map(|id| id.parse().map_err(|e: ax_domain::ids::InvalidId| StoreError::Corrupt { what: "instances", reason: e.to_string() }))
-            .collect()
+        let mut view = DispatchView::default();
+        for (kind, reference, count) in rows {
+            match kind.as_str() {
+                "held" => view.held.push((reference, count.max(0) as u32)),
+                _ => view.due_retries.push(
+                    reference.parse().map_err(|e: ax_domain::ids::InvalidId| StoreError::Corrupt { what: "instances", reason: e.to_string() })?,
+                ),
+            }
+        }
+        Ok(view)
     }
 }
 
