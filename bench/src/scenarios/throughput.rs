@@ -110,7 +110,12 @@ pub async fn run(ctx: &Ctx, stage: &Stage, count: usize, report: &mut Report) ->
     let statements = counters.get("Questions").copied().unwrap_or(0);
     report.push(
         Figure::new(S, "MySQL statements per instance", Some(statements as f64 / count.max(1) as f64), Unit::Decimal)
-            .note("server-wide Questions over the window: round trips AX made per instance"),
+            .note("server-wide Questions over the window: statements AX sent per instance"),
+    );
+    let pings = counters.get("Com_admin_commands").copied().unwrap_or(0);
+    report.push(
+        Figure::new(S, "MySQL pings per instance", Some(pings as f64 / count.max(1) as f64), Unit::Decimal)
+            .note("server-wide Com_admin_commands over the window: round trips beside the statements (sqlx's pool pings a connection it takes or returns)"),
     );
     if let Some(refill) = stages.slot_refill_ms {
         report.push(
