@@ -401,18 +401,23 @@ async fn cancellation_loop(shared: Shared, stop: CancellationToken) {
 }
 
 /// Runs one attempt: guards, RUNNING, the handler only if the scheduler agreed,
-/// guards released, then the outcome reported (released first, so whoever takes the
-/// instance next finds them free).
+/// then the outcome reported while the guards are released.
 ///
-/// The slot and the taken permit are given up as soon as the handler ends: the
-/// outcome's round trip to MySQL is not work this worker must wait for.
+/// The report leaves first: a crash between the handler's end and the report
+/// reaching a scheduler makes the attempt run again after its lease, so that
+/// window is kept to the report's own send. The guards' release goes out in the
+/// same moment; whoever takes the instance or task next does so only after the
+/// outcome's commit and a dispatch, by which time they are free (and a guard
+/// still held is waited for). The slot and the taken permit are given up as soon
+/// as the handler ends: the outcome's round trip to MySQL is not work this worker
+/// must wait for.
 async fn execute(shared: &Shared, assignment: Assignment, slot: tokio::sync::OwnedSemaphorePermit, taken: tokio::sync::OwnedSemaphorePermit) {
     let key = assignment.instance_id.as_str().to_owned();
     let cancel = CancellationToken::new();
     let holder = format!("{}#{}", shared.worker_id, assignment.attempt);
     let log = shared.logs.logger(&assignment.task, &assignment.instance_id, assignment.attempt, &shared.worker_id, &assignment.trace_id);
     let mut ran = None;
-    let outcome = match take_guards(shared, &assignment, &holder).await {
+    let (outcome, guards) = match take_guards(shared, &assignment, &holder).await {
         Ok(guards) => {
             shared
                 .running
@@ -424,25 +429,33 @@ async fn execute(shared: &Shared, assignment: Assignment, slot: tokio::sync::Own
             drop(taken);
             ran = Some(log);
             shared.running.lock().expect("running lock").remove(&key);
-            for guard in &guards {
-                if let Err(err) = shared.guards.release(guard, &holder).await {
-                    tracing::warn!(error = %err, guard, "guard not released; it expires with the lease");
-                }
-            }
-            outcome
+            (outcome, guards)
         }
-        Err(reason) => Some(Outcome::Failed { reason, retryable: true }),
+        Err(reason) => (Some(Outcome::Failed { reason, retryable: true }), Vec::new()),
     };
-    let Some(outcome) = outcome else { return };
+    let release = release_guards(shared, guards, &holder);
+    let Some(outcome) = outcome else {
+        release.await;
+        return;
+    };
     if let Some(log) = &ran {
         log.attempt_finished(&outcome);
     }
-    match report(shared, &assignment, outcome).await {
+    let (reply, ()) = tokio::join!(report(shared, &assignment, outcome), release);
+    match reply {
         Some(ReportReply::Accepted) => {}
         Some(ReportReply::Rejected { reason }) => {
             tracing::info!(instance_id = %assignment.instance_id, attempt = assignment.attempt, reason = %reason, "outcome refused: the attempt was taken over")
         }
         _ => tracing::warn!(instance_id = %assignment.instance_id, attempt = assignment.attempt, "outcome could not be delivered; the lease will decide"),
+    }
+}
+
+async fn release_guards(shared: &Shared, guards: Vec<String>, holder: &str) {
+    for guard in &guards {
+        if let Err(err) = shared.guards.release(guard, holder).await {
+            tracing::warn!(error = %err, guard, "guard not released; it expires with the lease");
+        }
     }
 }
 
