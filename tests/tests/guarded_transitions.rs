@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use ax_domain::ids::InstanceId;
 use ax_domain::state::{Command, StateKind};
 use ax_store::{CreateOutcome, NewInstance, TransitionRequest};
 use ax_tests::{new_instance, TestEnv};
@@ -9,6 +10,25 @@ use serde_json::json;
 
 fn noop_task(name: &str) -> serde_json::Value {
     json!({"task_name": name, "owner": "tests", "execution": {"handler": "noop"}})
+}
+
+/// A transition asked for by the test.
+fn request(id: &InstanceId, command: Command) -> TransitionRequest {
+    TransitionRequest { instance_id: id.clone(), command, operator: "test".into(), result: None }
+}
+
+/// Creates `batch`, every one of them new, and returns their ids in order.
+async fn create_all(env: &TestEnv, batch: &[NewInstance]) -> Vec<InstanceId> {
+    env.store
+        .create_instances(batch)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| match c {
+            CreateOutcome::Created(id) => id,
+            other => panic!("expected a new instance, got {other:?}"),
+        })
+        .collect()
 }
 
 async fn count(env: &TestEnv, sql: &'static str, id: &str) -> i64 {
@@ -104,7 +124,7 @@ async fn a_stale_attempt_cannot_move_an_instance() {
     let id = env.store.create_instances(&[new_instance(&task, "f")]).await.unwrap()[0].instance_id().clone();
     let w1: ax_domain::ids::WorkerId = "w1".parse().unwrap();
     let lease = ax_domain::now() + chrono::TimeDelta::seconds(30);
-    let step = |command| TransitionRequest { instance_id: id.clone(), command, operator: "test".into(), result: None };
+    let step = |command| request(&id, command);
     let applied = env
         .store
         .transition(&[
@@ -152,7 +172,7 @@ async fn an_expired_lease_before_running_spends_no_attempt_and_refuses_the_old_h
     let id = env.store.create_instances(&[new_instance(&task, "u")]).await.unwrap()[0].instance_id().clone();
     let (w1, w2): (ax_domain::ids::WorkerId, ax_domain::ids::WorkerId) = ("w1".parse().unwrap(), "w2".parse().unwrap());
     let lease = ax_domain::now() + chrono::TimeDelta::seconds(30);
-    let step = |command| TransitionRequest { instance_id: id.clone(), command, operator: "test".into(), result: None };
+    let step = |command| request(&id, command);
     let start = |worker: &ax_domain::ids::WorkerId| step(Command::Start { attempt: 1, worker_id: worker.clone(), lease_expires_at: lease, deadline_at: lease });
     let applied = env
         .store
@@ -184,19 +204,9 @@ async fn transitions_go_on_after_mysql_dropped_every_connection() {
     use sqlx::Connection;
     let env = TestEnv::new().await;
     let task = env.register(noop_task("dropped")).await;
-    let created = env.store.create_instances(&[new_instance(&task, "t-1"), new_instance(&task, "t-2")]).await.unwrap();
-    let ids: Vec<_> = created
-        .into_iter()
-        .map(|c| match c {
-            CreateOutcome::Created(id) => id,
-            other => panic!("expected a new instance, got {other:?}"),
-        })
-        .collect();
-    let dispatch = |id: &ax_domain::ids::InstanceId| TransitionRequest {
-        instance_id: id.clone(),
-        command: Command::Dispatch { worker_id: "w1".parse().unwrap(), lease_expires_at: ax_domain::now() + chrono::TimeDelta::seconds(30) },
-        operator: "test".into(),
-        result: None,
+    let ids = create_all(&env, &[new_instance(&task, "t-1"), new_instance(&task, "t-2")]).await;
+    let dispatch = |id: &InstanceId| {
+        request(id, Command::Dispatch { worker_id: "w1".parse().unwrap(), lease_expires_at: ax_domain::now() + chrono::TimeDelta::seconds(30) })
     };
     assert!(env.store.transition(&[dispatch(&ids[0])]).await.unwrap()[0].is_ok());
 
@@ -228,20 +238,9 @@ async fn the_dispatch_view_counts_held_instances_and_lists_due_retries() {
     let env = TestEnv::new().await;
     let task = env.register(noop_task("viewed")).await;
     let batch: Vec<_> = (0..5).map(|n| new_instance(&task, &format!("t-{n}"))).collect();
-    let ids: Vec<_> = env
-        .store
-        .create_instances(&batch)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|c| match c {
-            CreateOutcome::Created(id) => id,
-            other => panic!("expected a new instance, got {other:?}"),
-        })
-        .collect();
+    let ids = create_all(&env, &batch).await;
     let now = ax_domain::now();
     let lease = now + chrono::TimeDelta::seconds(30);
-    let request = |id: &ax_domain::ids::InstanceId, command: Command| TransitionRequest { instance_id: id.clone(), command, operator: "test".into(), result: None };
     let worker = |name: &str| -> ax_domain::ids::WorkerId { name.parse().unwrap() };
     // w1 holds two (one RUNNING), w2 one; two of w2's earlier attempts failed, one
     // retry due a second ago, one in a minute.
