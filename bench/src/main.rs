@@ -17,6 +17,7 @@
 mod db;
 mod env;
 mod procs;
+mod prometheus;
 mod report;
 mod scenarios;
 mod stats;

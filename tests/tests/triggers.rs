@@ -30,8 +30,9 @@ async fn a_per_second_cron_fires_once_per_second() {
     tokio::time::sleep(Duration::from_secs((end - chrono::Utc::now().timestamp() + 2) as u64)).await;
     env.store.set_enabled("tick", false, "test").await.unwrap();
 
-    let rows: Vec<(String, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-        "SELECT trigger_id, due_at, created_at FROM instances WHERE task_name = 'tick' AND due_at >= FROM_UNIXTIME(?) AND due_at < FROM_UNIXTIME(?) ORDER BY due_at",
+    type Row = (String, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>, Option<chrono::DateTime<chrono::Utc>>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT trigger_id, due_at, created_at, started_at FROM instances WHERE task_name = 'tick' AND due_at >= FROM_UNIXTIME(?) AND due_at < FROM_UNIXTIME(?) ORDER BY due_at",
     )
     .bind(start)
     .bind(end)
@@ -40,10 +41,15 @@ async fn a_per_second_cron_fires_once_per_second() {
     .unwrap();
     let seconds: Vec<i64> = rows.iter().map(|r| r.1.timestamp()).collect();
     assert_eq!(seconds, (start..end).collect::<Vec<_>>(), "one fire for each second of the window, none twice");
-    let mut skew: Vec<f64> = rows.iter().map(|r| millis(r.2) - millis(r.1)).collect();
+    // A task without a concurrency limit has each fire's instance committed ahead
+    // (the planner's window), due at the fire time; it must not start before then.
+    let late: Vec<&Row> = rows.iter().filter(|r| r.2 >= r.1).collect();
+    assert!(late.is_empty(), "every fire of the window was created ahead of its time: {late:?}");
+    let early: Vec<&Row> = rows.iter().filter(|r| r.3.is_none_or(|started| started < r.1)).collect();
+    assert!(early.is_empty(), "every fire started, none before its time: {early:?}");
+    let mut skew: Vec<f64> = rows.iter().map(|r| millis(r.3.expect("started")) - millis(r.1)).collect();
     let (p50, p99, max) = percentiles(&mut skew);
-    println!("cron fire skew over {} fires (fire time -> instance committed): p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms", rows.len());
-    assert!(skew.iter().all(|s| *s >= 0.0), "no fire before its time");
+    println!("cron fire skew over {} fires (fire time -> handler started): p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms", rows.len());
     worker.stop().await;
     scheduler.stop().await;
     env.cleanup().await;
@@ -70,7 +76,7 @@ async fn delayed_triggers_survive_a_redis_flush_and_each_runs_once() {
     let client = redis::Client::open(ax_tests::redis_url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}:*", env.namespace)).query_async(&mut conn).await.unwrap();
-    let pending: Vec<(String, chrono::DateTime<chrono::Utc>)> = env.store.future_due(ax_domain::now(), 5).await.unwrap();
+    let pending: Vec<ax_store::FutureDue> = env.store.future_due(ax_domain::now(), 5).await.unwrap();
     assert!(!keys.is_empty(), "the delays were indexed in Redis ({pending:?})");
     let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.unwrap();
 
@@ -275,7 +281,10 @@ async fn a_task_enabled_again_catches_up_once_by_default() {
     })
     .await;
     assert_eq!(catch_up.len(), 1, "fire_once: one catch-up instance for ~5 missed fires");
-    let missed_fires: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = 'sleepy' AND due_at > ? AND due_at < ? AND trigger_id LIKE 'cron:%'")
+    // Fires created ahead before the task was disabled were cancelled, not missed.
+    let missed_fires: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM instances WHERE task_name = 'sleepy' AND due_at > ? AND due_at < ? AND trigger_id LIKE 'cron:%' AND state <> 'CANCELLED'",
+    )
         .bind(disabled_at + chrono::TimeDelta::seconds(1))
         .bind(enabled_at - chrono::TimeDelta::seconds(1))
         .fetch_one(env.store.pool())
@@ -352,7 +361,7 @@ async fn delayed_triggers_from_nats_are_indexed_for_the_timer_at_once() {
     let scheduler = env.start_scheduler(env.config(&[]));
     env.register(json!({"task_name": "soon", "owner": "tests", "execution": {"handler": "record"}})).await;
     let client = redis::Client::open(ax_tests::redis_url()).unwrap();
-    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let redis = client.get_multiplexed_async_connection().await.unwrap();
     let due_key = format!("{}:due", env.namespace);
 
     // The first is indexed by whatever comes first (the new term's reindex or the
@@ -373,6 +382,80 @@ async fn delayed_triggers_from_nats_are_indexed_for_the_timer_at_once() {
         })
         .await;
     }
+    scheduler.stop().await;
+    env.cleanup().await;
+}
+
+/// A cron fire of a task without a concurrency limit is committed up to the
+/// planner's window ahead of its time, due at that time. Disabling the task cancels
+/// the ones not yet due; changing the expression cancels the old schedule's, and
+/// the new schedule starts after them (their trigger ids stay claimed). A task with
+/// a limit has each fire created at its time: the limit is judged on what is active
+/// then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_fires_created_ahead_are_cancelled_when_their_schedule_no_longer_wants_them() {
+    type Utc = chrono::DateTime<chrono::Utc>;
+    let env = TestEnv::new().await;
+    let scheduler = env.start_scheduler(env.config(&[]));
+    let per_second = |name: &str, cron: &str, limit: Option<u32>| {
+        let mut definition = json!({"task_name": name, "owner": "tests", "triggers": [{"type": "cron", "cron": cron}], "execution": {"handler": "noop"}});
+        if let Some(limit) = limit {
+            definition["concurrency"] = json!({"max_running_instances": limit, "blocking_strategy": "serial"});
+        }
+        definition
+    };
+    env.register(per_second("early", "* * * * * *", None)).await;
+    env.register(per_second("moved", "* * * * * *", None)).await;
+    env.register(per_second("limited", "* * * * * *", Some(1000))).await;
+    let pool = env.store.pool();
+    let due_after = |task: &'static str, at: Utc| async move {
+        sqlx::query_as::<_, (String, Utc, String, String)>("SELECT id, due_at, state, reason FROM instances WHERE task_name = ? AND due_at > ? ORDER BY due_at")
+            .bind(task)
+            .bind(at)
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    };
+    eventually(Duration::from_secs(10), "fires created ahead", || async {
+        let now = chrono::Utc::now();
+        (due_after("early", now).await.len() >= 2 && due_after("moved", now).await.len() >= 2).then_some(())
+    })
+    .await;
+
+    env.store.set_enabled("early", false, "test").await.unwrap();
+    let disabled_at = chrono::Utc::now();
+    let cancelled = due_after("early", disabled_at).await;
+    assert!(!cancelled.is_empty(), "fires were created ahead of the disable");
+    for (id, _, state, reason) in &cancelled {
+        assert_eq!((state.as_str(), reason.as_str()), ("CANCELLED", "task disabled"), "fire {id} created ahead no longer runs");
+    }
+
+    let update_at = chrono::Utc::now();
+    let old_ahead = due_after("moved", update_at).await;
+    let last_old = old_ahead.last().expect("fires created ahead of the update").1;
+    env.register(per_second("moved", "*/2 * * * * *", None)).await;
+    let replaced = due_after("moved", update_at).await;
+    for (id, _, state, reason) in &replaced {
+        assert_eq!(state, "CANCELLED", "fire {id} of the old schedule no longer runs");
+        assert!(reason.starts_with("cron trigger changed"), "{reason}");
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let new_fires: Vec<(String, Utc, String, String)> = due_after("moved", update_at).await.into_iter().filter(|f| f.2 != "CANCELLED").collect();
+    assert!(new_fires.len() >= 2, "the new schedule fires: {new_fires:?}");
+    let first_new = last_old.timestamp() + 1 + (last_old.timestamp() + 1) % 2;
+    assert_eq!(new_fires[0].1.timestamp(), first_new, "the new schedule begins with its first fire after the old one's last");
+    for (id, due, _, _) in &new_fires {
+        assert!(*due > last_old, "fire {id} at {due} comes after the old schedule's last one at {last_old}");
+        assert_eq!(due.timestamp() % 2, 0, "fire {id} at {due} is on the new schedule");
+    }
+
+    let limited: Vec<(Utc, Utc)> = sqlx::query_as("SELECT due_at, created_at FROM instances WHERE task_name = 'limited'").fetch_all(pool).await.unwrap();
+    assert!(limited.len() >= 3, "the limited task fired: {limited:?}");
+    for (due, created) in &limited {
+        assert!(created >= due, "a limited task's fire at {due} is created at its time, not ahead ({created})");
+    }
+    let early_after: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = 'early' AND due_at > ?").bind(disabled_at).fetch_one(pool).await.unwrap();
+    assert_eq!(early_after as usize, cancelled.len(), "a disabled task creates no more fires");
     scheduler.stop().await;
     env.cleanup().await;
 }

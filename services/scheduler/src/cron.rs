@@ -1,12 +1,16 @@
 //! Cron on the leader: a planner that reads the schedules due in the next few
-//! seconds from MySQL (an index range, never a scan of every task) and indexes
-//! each fire in Redis at its time; the timer fires them at their second.
+//! seconds from MySQL (an index range, never a scan of every task).
 //!
 //! A fire creates its instance and advances the schedule in one fenced
 //! transaction, with trigger id `cron:<trigger index>:<fire time ms>`, so a fire
-//! happens at most once across restarts, failovers and double planning. Fires
-//! that were missed (no leader, a disabled task enabled again) follow the
-//! trigger's misfire policy.
+//! happens at most once across restarts, failovers and double planning. For a
+//! task without a concurrency limit the planner does this as the fire enters the
+//! window, up to [`WINDOW`] ahead: the instance is due at the fire time, the timer
+//! wakes the dispatcher then, and disabling the task (or changing the trigger)
+//! cancels what is not due yet. A task with a limit has its fire indexed in Redis
+//! and created at its second by the timer, as the limit is decided on what runs
+//! then. Fires that were missed (no leader, a disabled task enabled again) follow
+//! the trigger's misfire policy.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -24,9 +28,9 @@ use chrono::TimeDelta;
 use futures::StreamExt;
 
 use crate::leader::Term;
-use crate::{dispatch, metrics, Shared};
+use crate::{dispatch, metrics, timers, Shared};
 
-/// How far ahead fires are planned into Redis.
+/// How far ahead fires are planned (and, without a concurrency limit, created).
 const WINDOW: TimeDelta = TimeDelta::seconds(3);
 const PLAN_EVERY: Duration = Duration::from_millis(500);
 /// A fire older than this when first seen was missed, not merely late.
@@ -168,37 +172,118 @@ async fn plan_pass(shared: &Shared, term: &Term, due: &DueIndex, plan: &mut Plan
         plan.track(row, first);
     }
 
-    let mut entries = Vec::new();
-    {
-        let mut planned = shared.planned.lock().expect("planned lock");
-        while let Some(Reverse((fire, _, _))) = plan.heap.peek() {
-            if *fire > until {
-                break;
-            }
-            let Reverse((fire, key, generation)) = plan.heap.pop().expect("peeked");
-            let Some((row, current)) = plan.rows.get(&key) else { continue };
-            if *current != generation {
-                continue; // superseded by a reload
-            }
-            let row = row.clone();
-            let member = member(&row, fire);
-            entries.push((member.clone(), fire.timestamp_millis()));
-            planned.insert(member, row.clone());
-            if let Some(next) = plan.schedules.get(&row).and_then(|s| s.next_after(fire)) {
-                plan.heap.push(Reverse((next, key, generation)));
-            }
+    // Fires entering the window, in time order (a schedule's fire n before n + 1).
+    let mut entering: Vec<(CronRow, Timestamp, Option<Timestamp>)> = Vec::new();
+    while let Some(Reverse((fire, _, _))) = plan.heap.peek() {
+        if *fire > until {
+            break;
         }
+        let Reverse((fire, key, generation)) = plan.heap.pop().expect("peeked");
+        let Some((row, current)) = plan.rows.get(&key) else { continue };
+        if *current != generation {
+            continue; // superseded by a reload
+        }
+        let row = row.clone();
+        let next = plan.schedules.get(&row).and_then(|s| s.next_after(fire));
+        if let Some(next) = next {
+            plan.heap.push(Reverse((next, key, generation)));
+        }
+        entering.push((row, fire, next));
     }
     if !misfires.is_empty() {
         let outcomes = shared.deps.store.fire_cron(&misfires, Some(term.fence)).await?;
         tracing::info!(schedules = misfires.len(), instances = outcomes.len(), "missed cron fires handled by their misfire policy");
         dispatch::kick(shared).await;
     }
+    if !entering.is_empty() {
+        plan_fires(shared, term, due, entering).await?;
+    }
+    Ok(())
+}
+
+/// Fires entering the window. A task without a concurrency limit has its fire's
+/// instance created now, due at the fire time, and indexed for the timer, which
+/// wakes the dispatcher at that time: the commit is off the fire instant, where
+/// 1,667 tasks sharing a second made the last of them wait for all the others
+/// (p99 586 ms). A task with a limit has the fire indexed and created at its
+/// time ([`fire`]): the limit is decided on what is active then.
+async fn plan_fires(shared: &Shared, term: &Term, due: &DueIndex, entering: Vec<(CronRow, Timestamp, Option<Timestamp>)>) -> anyhow::Result<()> {
+    let wanted: Vec<(TaskId, u32)> = entering.iter().filter_map(|(row, _, _)| Some((row.task_id.parse().ok()?, row.task_version))).collect();
+    let definitions = shared.tasks.get_many(&wanted).await?;
+    let operator = format!("cron@{}", term.fence.epoch);
+    let mut ahead = Vec::new();
+    let mut entries = Vec::new();
+    {
+        let mut planned = shared.planned.lock().expect("planned lock");
+        for (row, fire, next) in entering {
+            let Ok(task_id) = row.task_id.parse::<TaskId>() else { continue };
+            let Some(definition) = definitions.get(&(task_id.clone(), row.task_version)) else {
+                tracing::warn!(task = %row.task_name, version = row.task_version, "cron schedule names a task version that does not exist; skipped");
+                continue;
+            };
+            if definition.concurrency.max_running_instances.is_some() {
+                let member = member(&row, fire);
+                entries.push((member.clone(), fire.timestamp_millis()));
+                planned.insert(member, row);
+                continue;
+            }
+            let Some(new_next) = next else { continue }; // the last fire there is (a past year): never moves on
+            ahead.push(CronFire {
+                task_id,
+                trigger_index: row.trigger_index,
+                expected_next: fire,
+                new_next,
+                instances: vec![new_instance(&row, definition, fire, &operator)],
+            });
+        }
+    }
     if !entries.is_empty() {
         due.add(&entries).await?;
         shared.timer_wake.notify_one();
     }
+    // Several transactions at once: one after another fell behind 1,667 fires a
+    // second once the instances outgrew MySQL's buffer pool (each insert waiting on
+    // a page read). A task's fires share a piece, so a schedule's fire n + 1 is
+    // taken only after n has moved it, and two pieces never lock one task row.
+    let mut pieces = futures::stream::iter(ahead_pieces(ahead))
+        .map(|piece| async move {
+            let fired = shared.deps.store.fire_cron(&piece, Some(term.fence)).await?;
+            anyhow::Ok((piece, fired))
+        })
+        .buffer_unordered(AHEAD_IN_FLIGHT);
+    while let Some(done) = pieces.next().await {
+        let (piece, fired) = done?;
+        for fire in &piece {
+            ::metrics::counter!(metrics::CRON_FIRES, "task" => fire.instances[0].task_name.clone()).increment(1);
+        }
+        let entries: Vec<(String, i64)> = fired.iter().map(|f| (timers::fire_member(f.outcome.instance_id().as_str()), timers::due_score(f.due_at))).collect();
+        due.add(&entries).await?;
+        shared.timer_wake.notify_one();
+    }
     Ok(())
+}
+
+/// Fires created ahead per transaction, and transactions at once.
+const AHEAD_PIECE: usize = 256;
+const AHEAD_IN_FLIGHT: usize = 4;
+
+/// `fires` in pieces of about [`AHEAD_PIECE`]: all of a task's fires in one piece,
+/// in time order.
+fn ahead_pieces(mut fires: Vec<CronFire>) -> Vec<Vec<CronFire>> {
+    fires.sort_by(|a, b| (&a.task_id, a.expected_next).cmp(&(&b.task_id, b.expected_next)));
+    let mut pieces: Vec<Vec<CronFire>> = Vec::new();
+    let mut current: Vec<CronFire> = Vec::new();
+    for fire in fires {
+        let same_task = current.last().is_some_and(|last| last.task_id == fire.task_id);
+        if current.len() >= AHEAD_PIECE && !same_task {
+            pieces.push(std::mem::take(&mut current));
+        }
+        current.push(fire);
+    }
+    if !current.is_empty() {
+        pieces.push(current);
+    }
+    pieces
 }
 
 fn definition_trigger(definition: &TaskDefinition, index: u16) -> Option<(MisfirePolicy, u32)> {
@@ -244,9 +329,9 @@ fn new_instance(row: &CronRow, definition: &TaskDefinition, fire: Timestamp, ope
 
 /// Fires planned cron entries that are due; returns the members handled.
 pub(crate) async fn fire(shared: &Shared, term: &Term, members: &[(String, i64)]) -> anyhow::Result<Vec<String>> {
-    let mut fires = Vec::with_capacity(members.len());
     let mut handled = Vec::with_capacity(members.len());
     let mut schedules = Schedules::default();
+    let mut rows = Vec::with_capacity(members.len());
     for (key, fire_ms) in members {
         handled.push(key.clone());
         let planned = shared.planned.lock().expect("planned lock").get(key).cloned();
@@ -257,17 +342,23 @@ pub(crate) async fn fire(shared: &Shared, term: &Term, members: &[(String, i64)]
                 None => continue, // the schedule is gone or moved on
             },
         };
-        let fire_at = chrono::DateTime::from_timestamp_millis(*fire_ms).unwrap_or_default();
+        let Ok(task_id) = row.task_id.parse::<TaskId>() else { continue };
+        rows.push((row, task_id, *fire_ms));
+    }
+    let wanted: Vec<(TaskId, u32)> = rows.iter().map(|(row, task_id, _)| (task_id.clone(), row.task_version)).collect();
+    let definitions = shared.tasks.get_many(&wanted).await?;
+    let mut fires = Vec::with_capacity(rows.len());
+    for (row, task_id, fire_ms) in rows {
+        let fire_at = chrono::DateTime::from_timestamp_millis(fire_ms).unwrap_or_default();
         let Some(schedule) = schedules.get(&row).cloned() else { continue };
         let Some(new_next) = schedule.next_after(fire_at) else { continue };
-        let task_id: TaskId = row.task_id.parse()?;
-        let Some(definition) = shared.tasks.get(&task_id, row.task_version).await? else { continue };
+        let Some(definition) = definitions.get(&(task_id.clone(), row.task_version)) else { continue };
         fires.push(CronFire {
             task_id,
             trigger_index: row.trigger_index,
             expected_next: fire_at,
             new_next,
-            instances: vec![new_instance(&row, &definition, fire_at, &format!("cron@{}", term.fence.epoch))],
+            instances: vec![new_instance(&row, definition, fire_at, &format!("cron@{}", term.fence.epoch))],
         });
     }
     if fires.is_empty() {
@@ -311,4 +402,30 @@ async fn lookup(shared: &Shared, key: &str) -> anyhow::Result<Option<CronRow>> {
     };
     let rows = shared.deps.store.cron_schedules_of(&task_id).await?;
     Ok(rows.into_iter().find(|r| r.trigger_index == index && r.next_fire_at.timestamp_millis() == fire_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tasks_fires_created_ahead_share_one_piece_in_time_order() {
+        let tasks: Vec<TaskId> = (0..300).map(|_| TaskId::generate()).collect();
+        let at = |s: i64| Timestamp::from_timestamp(1_800_000_000 + s, 0).unwrap();
+        // In time order, as the planner's heap hands them out: second 0 of every task, then second 1.
+        let fires: Vec<CronFire> = (0..2)
+            .flat_map(|second| {
+                tasks.iter().map(move |task_id| CronFire { task_id: task_id.clone(), trigger_index: 0, expected_next: at(second), new_next: at(second + 1), instances: Vec::new() })
+            })
+            .collect();
+        let pieces = ahead_pieces(fires);
+        assert_eq!(pieces.iter().map(Vec::len).sum::<usize>(), 600);
+        assert!(pieces.iter().all(|p| p.len() <= AHEAD_PIECE + 1), "pieces stay near {AHEAD_PIECE}");
+        for task_id in &tasks {
+            let holding: Vec<&Vec<CronFire>> = pieces.iter().filter(|p| p.iter().any(|f| &f.task_id == task_id)).collect();
+            assert_eq!(holding.len(), 1, "one piece holds all of {task_id}'s fires");
+            let times: Vec<Timestamp> = holding[0].iter().filter(|f| &f.task_id == task_id).map(|f| f.expected_next).collect();
+            assert_eq!(times, [at(0), at(1)]);
+        }
+    }
 }

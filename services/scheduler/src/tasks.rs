@@ -31,6 +31,37 @@ impl TaskCache {
         Ok(Some(definition))
     }
 
+    /// Several versions at once, the ones not cached read in one go; versions never
+    /// written are absent.
+    pub async fn get_many(&self, wanted: &[(TaskId, u32)]) -> Result<HashMap<(TaskId, u32), Arc<TaskDefinition>>, StoreError> {
+        let mut found = HashMap::with_capacity(wanted.len());
+        let mut missing = Vec::new();
+        {
+            let versions = self.versions.lock().expect("task cache lock");
+            for key in wanted {
+                match versions.get(key) {
+                    Some(definition) => {
+                        found.insert(key.clone(), definition.clone());
+                    }
+                    None => missing.push(key.clone()),
+                }
+            }
+        }
+        missing.sort_unstable();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        let read = self.store.task_versions(&missing).await?;
+        let mut versions = self.versions.lock().expect("task cache lock");
+        for (task_id, version, definition) in read {
+            let definition = Arc::new(definition);
+            versions.insert((task_id.clone(), version), definition.clone());
+            found.insert((task_id, version), definition);
+        }
+        Ok(found)
+    }
+
     /// The same, by task name (what a worker's report carries).
     pub async fn get_by_name(&self, task: &str, version: u32) -> Result<Option<Arc<TaskDefinition>>, StoreError> {
         let key = (task.to_owned(), version);

@@ -1,6 +1,7 @@
 //! The leader's timer: sleeps until the soonest entry of the Redis due index and
-//! handles what is due — a delayed or retrying instance wakes the dispatcher, a
-//! planned cron fire is fired.
+//! handles what is due — a delayed or retrying instance, or a cron fire's instance
+//! created ahead, wakes the dispatcher; a planned cron fire of a task with a
+//! concurrency limit is fired.
 //!
 //! The index is fed from MySQL, the authority: every wake-up by a writer (any
 //! replica's kick) and every few seconds, the future due times of CREATED and
@@ -29,6 +30,12 @@ const FIRES_IN_FLIGHT: usize = 4;
 
 pub fn instance_member(id: &str) -> String {
     format!("i:{id}")
+}
+
+/// A cron fire's instance created ahead of its time: due like any instance, and
+/// its lateness at the wake-up is the fire's skew.
+pub(crate) fn fire_member(id: &str) -> String {
+    format!("f:{id}")
 }
 
 pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
@@ -84,7 +91,7 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
 /// microsecond MySQL holds; the dispatcher, reading `due_at <= now`, found it not
 /// due yet, and with its entry handled it waited for the next wake-up (20 ms late
 /// for a few of the delay benchmark's instances).
-fn due_score(at: ax_domain::Timestamp) -> i64 {
+pub(crate) fn due_score(at: ax_domain::Timestamp) -> i64 {
     at.timestamp_micros().div_euclid(1000) + i64::from(at.timestamp_micros().rem_euclid(1000) != 0)
 }
 
@@ -100,9 +107,14 @@ async fn fire_due(shared: &Shared, due: &DueIndex, term: &Term) -> anyhow::Resul
     let mut handled = Vec::with_capacity(entries.len());
     let mut cron_members = Vec::new();
     let mut instances_due = false;
+    let now = now_ms();
     for (member, due_ms) in entries {
         if member.starts_with("i:") {
             instances_due = true;
+            handled.push(member);
+        } else if member.starts_with("f:") {
+            instances_due = true;
+            ::metrics::histogram!(metrics::CRON_FIRE_SKEW).record((now - due_ms).max(0) as f64 / 1000.0);
             handled.push(member);
         } else if member.starts_with("c:") {
             cron_members.push((member, due_ms));
@@ -126,7 +138,10 @@ async fn fire_due(shared: &Shared, due: &DueIndex, term: &Term) -> anyhow::Resul
 /// Indexes the future due times of waiting-for-time instances from MySQL.
 async fn reconcile(shared: &Shared, due: &DueIndex) -> anyhow::Result<()> {
     let pending = shared.deps.store.future_due(ax_domain::now(), 10_000).await?;
-    let entries: Vec<(String, i64)> = pending.into_iter().map(|(id, at)| (instance_member(&id), due_score(at))).collect();
+    let entries: Vec<(String, i64)> = pending
+        .into_iter()
+        .map(|due| (if due.cron_fire { fire_member(&due.id) } else { instance_member(&due.id) }, due_score(due.due_at)))
+        .collect();
     due.add(&entries).await?;
     if let Ok(size) = due.len().await {
         ::metrics::gauge!(metrics::DUE_INDEX_SIZE).set(size as f64);

@@ -48,7 +48,7 @@ use tokio::sync::Notify;
 pub use error::StoreError;
 pub use leader::Fence;
 pub use instances::{
-    Applied, CreateOutcome, DispatchView, InstanceFilter, InstanceRecord, NewInstance, Overdue, Refusal, ShardCounts, TransitionRecord,
+    Applied, CreateOutcome, DispatchView, FutureDue, InstanceFilter, InstanceRecord, NewInstance, Overdue, Refusal, ShardCounts, TransitionRecord,
     TransitionRequest,
 };
 pub use outbox::{DamagedBatch, OutboxBatch, OutboxEvent};

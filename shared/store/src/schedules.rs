@@ -12,6 +12,7 @@ use sqlx::{FromRow, MySqlConnection, QueryBuilder};
 
 use crate::error::{retry_busy, Context, StoreError};
 use crate::instances::{CreateOutcome, NewInstance};
+
 use crate::leader::{check_fence, Fence};
 use crate::Store;
 
@@ -39,7 +40,8 @@ pub struct CronFire {
 
 /// Brings the task's schedule rows in line with its cron triggers. A trigger whose
 /// expression and zone did not change keeps its next fire, so an unrelated update
-/// neither skips nor repeats a fire.
+/// neither skips nor repeats a fire. Returns the trigger indexes whose schedule
+/// changed or went away (their fires created ahead are to be cancelled).
 pub(crate) async fn sync_schedules(
     tx: &mut MySqlConnection,
     task_id: &TaskId,
@@ -48,7 +50,7 @@ pub(crate) async fn sync_schedules(
     previous: Option<&TaskDefinition>,
     fresh: bool,
     now: Timestamp,
-) -> Result<(), StoreError> {
+) -> Result<Vec<u16>, StoreError> {
     let crons: Vec<(u16, &str, &str)> = definition
         .triggers
         .iter()
@@ -60,7 +62,7 @@ pub(crate) async fn sync_schedules(
         .collect();
     let had_crons = previous.is_some_and(|p| p.triggers.iter().any(|t| matches!(t, TriggerSpec::Cron { .. })));
     if crons.is_empty() && !had_crons {
-        return Ok(());
+        return Ok(Vec::new());
     }
     // A task created in this transaction has no schedules yet: nothing to read or drop.
     let existing: Vec<CronRow> = if fresh {
@@ -76,6 +78,11 @@ pub(crate) async fn sync_schedules(
         sqlx::query("DELETE FROM cron_schedules WHERE task_id = ?").bind(task_id.as_str()).execute(&mut *tx).await.at("drop cron schedules")?;
         existing
     };
+    let replaced: Vec<u16> = existing
+        .iter()
+        .filter(|row| !crons.iter().any(|(index, expression, timezone)| row.trigger_index == *index && row.expression == *expression && row.timezone == *timezone))
+        .map(|row| row.trigger_index)
+        .collect();
     for (index, expression, timezone) in crons {
         let kept = existing
             .iter()
@@ -86,7 +93,11 @@ pub(crate) async fn sync_schedules(
             None => {
                 let schedule = CronSchedule::parse(expression, timezone)
                     .map_err(|e| StoreError::Refused { field: format!("triggers[{index}].{}", e.field()), reason: e.to_string() })?;
-                match schedule.next_after(now) {
+                // Not on a fire this trigger index already claimed: one created ahead
+                // under the schedule this replaces (then cancelled) keeps its trigger
+                // id, and the new schedule's fire at that time would be its duplicate.
+                let after = if fresh { now } else { last_claimed_fire(tx, task_id, index, now).await?.map_or(now, |at| at.max(now)) };
+                match schedule.next_after(after) {
                     Some(next) => next,
                     None => continue, // an expression with no future fire (a past year)
                 }
@@ -108,7 +119,7 @@ pub(crate) async fn sync_schedules(
         .await
         .at("insert cron schedule")?;
     }
-    Ok(())
+    Ok(replaced)
 }
 
 impl Store {
@@ -142,11 +153,11 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Fenced`] when this scheduler no longer leads.
-    pub async fn fire_cron(&self, fires: &[CronFire], fence: Option<Fence>) -> Result<Vec<CreateOutcome>, StoreError> {
+    pub async fn fire_cron(&self, fires: &[CronFire], fence: Option<Fence>) -> Result<Vec<Fired>, StoreError> {
         if fires.is_empty() {
             return Ok(Vec::new());
         }
-        let outcomes = retry_busy(|| async {
+        let fired = retry_busy(|| async {
             let now = ax_domain::now();
             let mut tx = self.pool.begin().await.at("begin fire cron")?;
             if let Some(fence) = fence {
@@ -160,14 +171,80 @@ impl Store {
             }
             let outcomes = self.create_in(&mut tx, &instances).await?;
             tx.commit().await.at("commit fire cron")?;
-            Ok(outcomes)
+            Ok(outcomes.into_iter().zip(&instances).map(|(outcome, new)| Fired { outcome, due_at: new.due_at }).collect::<Vec<_>>())
         })
         .await?;
-        if !outcomes.is_empty() {
+        if !fired.is_empty() {
             self.outbox_written.notify_one();
         }
-        Ok(outcomes)
+        Ok(fired)
     }
+}
+
+/// An instance a cron fire created, and the time it is due: its fire time, which
+/// is ahead of now when the planner created it early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fired {
+    pub outcome: CreateOutcome,
+    pub due_at: Timestamp,
+}
+
+/// Cancels the cron instances of `task_id` created ahead of their fire and not yet
+/// due, of the triggers `triggers` picks (by trigger index), inside the caller's
+/// transaction: a task disabled or deleted, or a cron trigger changed, must not
+/// fire at a time planned before. Their fires stay consumed (the schedule does not
+/// go back), so a fire still creates at most one instance. Returns how many.
+pub(crate) async fn cancel_fires_ahead(
+    store: &Store,
+    tx: &mut MySqlConnection,
+    task_id: &TaskId,
+    triggers: impl Fn(u16) -> bool,
+    now: Timestamp,
+    reason: &str,
+    operator: &str,
+) -> Result<usize, StoreError> {
+    let ahead: Vec<(String, String)> = sqlx::query_as(
+        "SELECT id, trigger_id FROM instances WHERE task_id = ? AND state = 'CREATED' AND trigger_type = 'cron' AND due_at > ? ORDER BY id",
+    )
+    .bind(task_id.as_str())
+    .bind(now)
+    .fetch_all(&mut *tx)
+    .await
+    .at("find cron fires created ahead")?;
+    let requests: Vec<crate::TransitionRequest> = ahead
+        .into_iter()
+        .filter(|(_, trigger_id)| cron_trigger_index(trigger_id).is_some_and(&triggers))
+        .filter_map(|(id, _)| {
+            Some(crate::TransitionRequest {
+                instance_id: id.parse().ok()?,
+                command: ax_domain::state::Command::Cancel { reason: reason.to_owned() },
+                operator: operator.to_owned(),
+                result: None,
+            })
+        })
+        .collect();
+    let cancelled = store.apply_in(&mut *tx, &requests).await?;
+    Ok(cancelled.iter().filter(|outcome| outcome.is_ok()).count())
+}
+
+/// The latest fire time after `now` that trigger `index` of the task has claimed a
+/// trigger id for. Trigger ids `cron:<index>:<fire ms>` compare as text under the
+/// binary collation, and every fire time until the year 2286 has 13 digits, so the
+/// fires after now are one range of the claims' primary key.
+async fn last_claimed_fire(tx: &mut MySqlConnection, task_id: &TaskId, index: u16, now: Timestamp) -> Result<Option<Timestamp>, StoreError> {
+    let latest: Option<String> = sqlx::query_scalar("SELECT MAX(trigger_id) FROM instance_triggers WHERE task_id = ? AND trigger_id > ? AND trigger_id < ?")
+        .bind(task_id.as_str())
+        .bind(format!("cron:{index}:{:013}", now.timestamp_millis()))
+        .bind(format!("cron:{index};"))
+        .fetch_one(&mut *tx)
+        .await
+        .at("read claimed cron fires")?;
+    Ok(latest.and_then(|id| id.rsplit(':').next()?.parse::<i64>().ok()).and_then(Timestamp::from_timestamp_millis))
+}
+
+/// The trigger index in a cron trigger id `cron:<trigger index>:<fire ms>`.
+fn cron_trigger_index(trigger_id: &str) -> Option<u16> {
+    trigger_id.strip_prefix("cron:")?.split(':').next()?.parse().ok()
 }
 
 impl Store {
@@ -196,7 +273,7 @@ const FIRE_PIECE: usize = 512;
 /// second as one `UPDATE` each.
 async fn advance_schedules<'a>(tx: &mut MySqlConnection, fires: &'a [CronFire], now: Timestamp) -> Result<Vec<&'a CronFire>, StoreError> {
     let mut select = QueryBuilder::new(
-        "SELECT s.task_id, s.trigger_index, s.next_fire_at FROM cron_schedules s JOIN tasks t ON t.id = s.task_id \
+        "SELECT s.task_id, s.trigger_index, s.next_fire_at FROM cron_schedules s FORCE INDEX (PRIMARY) JOIN tasks t ON t.id = s.task_id \
          WHERE t.enabled = 1 AND t.deleted_at IS NULL AND s.task_id IN (",
     );
     let mut list = select.separated(", ");

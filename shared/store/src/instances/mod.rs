@@ -14,7 +14,7 @@ use ax_domain::Timestamp;
 use sqlx::FromRow;
 
 pub use create::{CreateOutcome, NewInstance};
-pub use query::{DispatchView, InstanceFilter, Overdue, TransitionRecord};
+pub use query::{DispatchView, FutureDue, InstanceFilter, Overdue, TransitionRecord};
 pub use transition::{Applied, Refusal, TransitionRequest};
 
 use crate::error::StoreError;

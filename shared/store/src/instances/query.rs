@@ -121,13 +121,23 @@ impl Store {
 impl Store {
     /// CREATED and RETRYING instances due after `now`, soonest first: what the
     /// leader's timer must wake up for.
-    pub async fn future_due(&self, now: Timestamp, limit: u32) -> Result<Vec<(String, Timestamp)>, StoreError> {
+    pub async fn future_due(&self, now: Timestamp, limit: u32) -> Result<Vec<FutureDue>, StoreError> {
         let mut query = sqlx::query_as(include_str!("../../queries/instances_future_due.sql"));
         for _ in 0..6 {
             query = query.bind(now).bind(limit);
         }
-        query.bind(limit).fetch_all(&self.pool).await.at("list future due instances")
+        let rows: Vec<(String, Timestamp, i64)> = query.bind(limit).fetch_all(&self.pool).await.at("list future due instances")?;
+        Ok(rows.into_iter().map(|(id, due_at, cron_fire)| FutureDue { id, due_at, cron_fire: cron_fire != 0 }).collect())
     }
+}
+
+/// An instance waiting for its time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FutureDue {
+    pub id: String,
+    pub due_at: Timestamp,
+    /// A cron fire created ahead of its time (its wake-up is the fire's skew).
+    pub cron_fire: bool,
 }
 
 /// An attempt whose lease or deadline passed.
