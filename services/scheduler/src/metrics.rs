@@ -42,7 +42,7 @@ pub fn describe() {
     describe_counter!(LOOP_FAILURES, "Failed passes of a scheduler loop, by loop");
     describe_gauge!(IS_LEADER, "1 while this scheduler leads");
     describe_gauge!(LEADER_EPOCH, "The leadership term this scheduler last held");
-    describe_counter!(CRON_FIRES, "Cron fires that created an instance, by task");
+    describe_counter!(CRON_FIRES, "Cron fires that created an instance");
     describe_counter!(CRON_MISFIRES, "Missed cron fires handled by the misfire policy, by task and policy");
     describe_histogram!(CRON_FIRE_SKEW, Unit::Seconds, "From a cron fire's time to its instance ready to dispatch: committed, or, created ahead, woken by the timer");
     describe_counter!(FENCED_WRITES, "Leader writes refused because a newer term began");
