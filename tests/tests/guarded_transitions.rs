@@ -112,8 +112,15 @@ async fn one_trigger_id_creates_one_instance_even_within_a_batch() {
     assert!(matches!(first[2], CreateOutcome::Created(_)));
     let again = env.store.create_instances(&batch[..1]).await.unwrap();
     assert_eq!(again[0], CreateOutcome::Duplicate(first[0].instance_id().clone()));
+    // A batch mixing a claimed trigger id with a new one: the old owner stays, the
+    // new id is claimed.
+    let mixed = env.store.create_instances(&[new_instance(&task, "new"), new_instance(&task, "same")]).await.unwrap();
+    assert!(matches!(mixed[0], CreateOutcome::Created(_)), "{mixed:?}");
+    assert_eq!(mixed[1], CreateOutcome::Duplicate(first[0].instance_id().clone()));
     let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances").fetch_one(env.store.pool()).await.unwrap();
-    assert_eq!(total, 2);
+    assert_eq!(total, 3);
+    let claims: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instance_triggers").fetch_one(env.store.pool()).await.unwrap();
+    assert_eq!(claims, 3, "one claim per trigger id");
     env.cleanup().await;
 }
 

@@ -268,7 +268,9 @@ async fn a_task_enabled_again_catches_up_once_by_default() {
     .await;
     env.store.set_enabled("sleepy", false, "test").await.unwrap();
     let disabled_at = chrono::Utc::now();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Longer than the fires created ahead (cancelled by the disable, up to 3 s) and
+    // the misfire grace (2 s): the schedule's next fire is then a missed one.
+    tokio::time::sleep(Duration::from_secs(8)).await;
     let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = 'sleepy'").fetch_one(env.store.pool()).await.unwrap();
     env.store.set_enabled("sleepy", true, "test").await.unwrap();
     let enabled_at = chrono::Utc::now();
@@ -296,7 +298,8 @@ async fn a_task_enabled_again_catches_up_once_by_default() {
 }
 
 /// A timer that wakes late hands the store a schedule's fire for second n and for
-/// n + 1 in one batch: both fire, in order, and a repeat of n does not.
+/// n + 1 in one batch: both fire, in order, and a repeat of n does not; nor does a
+/// fire planned from a task version the schedule no longer has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_batch_fires_a_schedule_twice_in_order_and_a_stale_fire_not_at_all() {
     use ax_store::schedules::CronFire;
@@ -310,6 +313,7 @@ async fn one_batch_fires_a_schedule_twice_in_order_and_a_stale_fire_not_at_all()
     let fire = |expected_next, new_next| CronFire {
         task_id: task.id.clone(),
         trigger_index: 0,
+        task_version: task.version,
         expected_next,
         new_next,
         instances: vec![ax_store::NewInstance::for_cron_fire(&task.id, task.version, &task.definition, 0, expected_next, "test")],
@@ -320,6 +324,22 @@ async fn one_batch_fires_a_schedule_twice_in_order_and_a_stale_fire_not_at_all()
     let due: Vec<chrono::DateTime<chrono::Utc>> =
         sqlx::query_scalar("SELECT due_at FROM instances WHERE task_name = 'twice' ORDER BY due_at").fetch_all(env.store.pool()).await.unwrap();
     assert_eq!(due, [first, second]);
+
+    // A planner that still holds version 1's row after version 2 rewrote the
+    // schedule (the same expression keeps its next fire) does not take the fire.
+    let updated = env
+        .register(json!({"task_name": "twice", "owner": "tests", "description": "v2", "triggers": [{"type": "cron", "cron": "* * * * * *"}], "execution": {"handler": "noop"}}))
+        .await;
+    assert_eq!(env.store.cron_schedules_of(&task.id).await.unwrap()[0].next_fire_at, third, "an unrelated update keeps the next fire");
+    let fourth = third + chrono::TimeDelta::seconds(1);
+    let stale = env.store.fire_cron(&[fire(third, fourth)], None).await.unwrap();
+    assert!(stale.is_empty(), "a fire planned from version 1 is refused: {stale:?}");
+    let current = CronFire {
+        task_version: updated.version,
+        instances: vec![ax_store::NewInstance::for_cron_fire(&task.id, updated.version, &updated.definition, 0, third, "test")],
+        ..fire(third, fourth)
+    };
+    assert_eq!(env.store.fire_cron(&[current], None).await.unwrap().len(), 1, "the same fire planned from version 2 is taken");
     env.cleanup().await;
 }
 
@@ -430,22 +450,31 @@ async fn cron_fires_created_ahead_are_cancelled_when_their_schedule_no_longer_wa
         assert_eq!((state.as_str(), reason.as_str()), ("CANCELLED", "task disabled"), "fire {id} created ahead no longer runs");
     }
 
-    let update_at = chrono::Utc::now();
-    let old_ahead = due_after("moved", update_at).await;
-    let last_old = old_ahead.last().expect("fires created ahead of the update").1;
     env.register(per_second("moved", "*/2 * * * * *", None)).await;
-    let replaced = due_after("moved", update_at).await;
+    let updated_at = chrono::Utc::now();
+    // Told apart by version: the planner may create version 2's fires at once.
+    let of_version = |version: u32| async move {
+        sqlx::query_as::<_, (String, Utc, String, String)>("SELECT id, due_at, state, reason FROM instances WHERE task_name = 'moved' AND task_version = ? ORDER BY due_at")
+            .bind(version)
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    };
+    let old = of_version(1).await;
+    let replaced: Vec<&(String, Utc, String, String)> = old.iter().filter(|f| f.1 > updated_at).collect();
+    assert!(!replaced.is_empty(), "fires were created ahead of the update");
     for (id, _, state, reason) in &replaced {
         assert_eq!(state, "CANCELLED", "fire {id} of the old schedule no longer runs");
         assert!(reason.starts_with("cron trigger changed"), "{reason}");
     }
+    let last_old = old.last().expect("version 1 fired").1;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let new_fires: Vec<(String, Utc, String, String)> = due_after("moved", update_at).await.into_iter().filter(|f| f.2 != "CANCELLED").collect();
+    let new_fires = of_version(2).await;
     assert!(new_fires.len() >= 2, "the new schedule fires: {new_fires:?}");
     let first_new = last_old.timestamp() + 1 + (last_old.timestamp() + 1) % 2;
     assert_eq!(new_fires[0].1.timestamp(), first_new, "the new schedule begins with its first fire after the old one's last");
-    for (id, due, _, _) in &new_fires {
-        assert!(*due > last_old, "fire {id} at {due} comes after the old schedule's last one at {last_old}");
+    for (id, due, state, _) in &new_fires {
+        assert_eq!(state, "CREATED", "fire {id} of the new schedule waits for a worker");
         assert_eq!(due.timestamp() % 2, 0, "fire {id} at {due} is on the new schedule");
     }
 

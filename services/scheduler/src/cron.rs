@@ -231,6 +231,7 @@ async fn plan_fires(shared: &Shared, term: &Term, due: &DueIndex, entering: Vec<
             ahead.push(CronFire {
                 task_id,
                 trigger_index: row.trigger_index,
+                task_version: row.task_version,
                 expected_next: fire,
                 new_next,
                 instances: vec![new_instance(&row, definition, fire, &operator)],
@@ -247,13 +248,13 @@ async fn plan_fires(shared: &Shared, term: &Term, due: &DueIndex, entering: Vec<
     // taken only after n has moved it, and two pieces never lock one task row.
     let mut pieces = futures::stream::iter(ahead_pieces(ahead))
         .map(|piece| async move {
-            let fired = shared.deps.store.fire_cron(&piece, Some(term.fence)).await?;
-            anyhow::Ok((piece, fired))
+            anyhow::Ok(shared.deps.store.fire_cron(&piece, Some(term.fence)).await?)
         })
         .buffer_unordered(AHEAD_IN_FLIGHT);
     while let Some(done) = pieces.next().await {
-        let (piece, fired) = done?;
-        ::metrics::counter!(metrics::CRON_FIRES).increment(piece.len() as u64);
+        let fired = done?;
+        let created = fired.iter().filter(|f| matches!(f.outcome, ax_store::CreateOutcome::Created(_))).count();
+        ::metrics::counter!(metrics::CRON_FIRES).increment(created as u64);
         let entries: Vec<(String, i64)> = fired.iter().map(|f| (timers::fire_member(f.outcome.instance_id().as_str()), timers::due_score(f.due_at))).collect();
         due.add(&entries).await?;
         shared.timer_wake.notify_one();
@@ -314,6 +315,7 @@ async fn misfire(shared: &Shared, row: &CronRow, schedule: &CronSchedule, now: T
     Ok(Some(CronFire {
         task_id,
         trigger_index: row.trigger_index,
+        task_version: row.task_version,
         expected_next: row.next_fire_at,
         new_next,
         instances: chosen.into_iter().map(|fire| new_instance(row, &definition, fire, &format!("cron-misfire@{epoch}"))).collect(),
@@ -354,6 +356,7 @@ pub(crate) async fn fire(shared: &Shared, term: &Term, members: &[(String, i64)]
         fires.push(CronFire {
             task_id,
             trigger_index: row.trigger_index,
+            task_version: row.task_version,
             expected_next: fire_at,
             new_next,
             instances: vec![new_instance(&row, definition, fire_at, &format!("cron@{}", term.fence.epoch))],
@@ -376,7 +379,8 @@ pub(crate) async fn fire(shared: &Shared, term: &Term, members: &[(String, i64)]
         ::metrics::histogram!(metrics::CRON_FIRE_SKEW).record((now - fire.expected_next).as_seconds_f64().max(0.0));
     }
     // Not by task: 100,000 cron tasks would be 100,000 series (a task's fires are its instances).
-    ::metrics::counter!(metrics::CRON_FIRES).increment(fires.len() as u64);
+    let created = outcomes.iter().filter(|f| matches!(f.outcome, ax_store::CreateOutcome::Created(_))).count();
+    ::metrics::counter!(metrics::CRON_FIRES).increment(created as u64);
     {
         let mut planned = shared.planned.lock().expect("planned lock");
         for key in &handled {
@@ -413,7 +417,7 @@ mod tests {
         // In time order, as the planner's heap hands them out: second 0 of every task, then second 1.
         let fires: Vec<CronFire> = (0..2)
             .flat_map(|second| {
-                tasks.iter().map(move |task_id| CronFire { task_id: task_id.clone(), trigger_index: 0, expected_next: at(second), new_next: at(second + 1), instances: Vec::new() })
+                tasks.iter().map(move |task_id| CronFire { task_id: task_id.clone(), trigger_index: 0, task_version: 1, expected_next: at(second), new_next: at(second + 1), instances: Vec::new() })
             })
             .collect();
         let pieces = ahead_pieces(fires);

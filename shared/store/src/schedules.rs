@@ -33,6 +33,9 @@ pub struct CronRow {
 pub struct CronFire {
     pub task_id: TaskId,
     pub trigger_index: u16,
+    /// The task version the fire was planned from: a schedule rewritten by a newer
+    /// version since (a changed expression can share this fire time) does not take it.
+    pub task_version: u32,
     pub expected_next: Timestamp,
     pub new_next: Timestamp,
     pub instances: Vec<NewInstance>,
@@ -273,7 +276,7 @@ const FIRE_PIECE: usize = 512;
 /// second as one `UPDATE` each.
 async fn advance_schedules<'a>(tx: &mut MySqlConnection, fires: &'a [CronFire], now: Timestamp) -> Result<Vec<&'a CronFire>, StoreError> {
     let mut select = QueryBuilder::new(
-        "SELECT s.task_id, s.trigger_index, s.next_fire_at FROM cron_schedules s FORCE INDEX (PRIMARY) JOIN tasks t ON t.id = s.task_id \
+        "SELECT s.task_id, s.trigger_index, s.next_fire_at, s.task_version FROM cron_schedules s FORCE INDEX (PRIMARY) JOIN tasks t ON t.id = s.task_id \
          WHERE t.enabled = 1 AND t.deleted_at IS NULL AND s.task_id IN (",
     );
     let mut list = select.separated(", ");
@@ -281,16 +284,18 @@ async fn advance_schedules<'a>(tx: &mut MySqlConnection, fires: &'a [CronFire], 
         list.push_bind(fire.task_id.as_str().to_owned());
     }
     select.push(") FOR UPDATE");
-    let rows: Vec<(String, u16, Timestamp)> = select.build_query_as().fetch_all(&mut *tx).await.at("lock cron schedules")?;
+    let rows: Vec<(String, u16, Timestamp, u32)> = select.build_query_as().fetch_all(&mut *tx).await.at("lock cron schedules")?;
+    let versions: std::collections::HashMap<(String, u16), u32> = rows.iter().map(|(t, i, _, v)| ((t.clone(), *i), *v)).collect();
     // In order, as one UPDATE per fire would see them: a batch can hold a schedule's
     // fire for second n and for second n + 1 (a timer that woke late), the second
     // due only once the first has moved the schedule.
-    let mut next: std::collections::HashMap<(String, u16), Timestamp> = rows.into_iter().map(|(t, i, at)| ((t, i), at)).collect();
+    let mut next: std::collections::HashMap<(String, u16), Timestamp> = rows.into_iter().map(|(t, i, at, _)| ((t, i), at)).collect();
     let mut moving = Vec::with_capacity(fires.len());
     for fire in fires {
         let key = (fire.task_id.as_str().to_owned(), fire.trigger_index);
+        let current_version = versions.get(&key).copied();
         match next.get_mut(&key) {
-            Some(at) if *at == fire.expected_next => {
+            Some(at) if *at == fire.expected_next && current_version == Some(fire.task_version) => {
                 *at = fire.new_next;
                 moving.push(fire);
             }

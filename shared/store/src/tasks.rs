@@ -260,6 +260,12 @@ impl Store {
     /// is kept, so enabling it applies the misfire policy); running instances finish.
     /// `None` if no such task.
     pub async fn set_enabled(&self, name: &str, enabled: bool, operator: &str) -> Result<Option<TaskRecord>, StoreError> {
+        // The planner's fire locks a schedule, then its task row; this locks the task
+        // row, then (cancelling fires ahead) instances: a deadlock is retried.
+        retry_busy(|| self.set_enabled_once(name, enabled, operator)).await
+    }
+
+    async fn set_enabled_once(&self, name: &str, enabled: bool, operator: &str) -> Result<Option<TaskRecord>, StoreError> {
         let now = ax_domain::now();
         let mut tx = self.pool.begin().await.at("begin enable task")?;
         let row: Option<TaskRow> = sqlx::query_as(include_str!("../queries/task_lock_by_name.sql"))
@@ -294,6 +300,12 @@ impl Store {
     /// Deletes a task: it no longer fires or accepts triggers; its instances, audit
     /// trail and versions are kept. `false` if no such task.
     pub async fn delete_task(&self, name: &str, operator: &str) -> Result<bool, StoreError> {
+        // The task row, then its schedules: the planner's fire takes them the other
+        // way round, so a deadlock is retried.
+        retry_busy(|| self.delete_task_once(name, operator)).await
+    }
+
+    async fn delete_task_once(&self, name: &str, operator: &str) -> Result<bool, StoreError> {
         let now = ax_domain::now();
         let mut tx = self.pool.begin().await.at("begin delete task")?;
         let row: Option<TaskRow> = sqlx::query_as(include_str!("../queries/task_lock_by_name.sql"))
