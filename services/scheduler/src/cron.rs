@@ -28,7 +28,7 @@ use chrono::TimeDelta;
 use futures::StreamExt;
 
 use crate::leader::Term;
-use crate::{dispatch, metrics, timers, Shared};
+use crate::{dispatch, metrics, pieces, timers, Shared};
 
 /// How far ahead fires are planned (and, without a concurrency limit, created).
 const WINDOW: TimeDelta = TimeDelta::seconds(3);
@@ -270,19 +270,7 @@ const AHEAD_IN_FLIGHT: usize = 4;
 /// in time order.
 fn ahead_pieces(mut fires: Vec<CronFire>) -> Vec<Vec<CronFire>> {
     fires.sort_by(|a, b| (&a.task_id, a.expected_next).cmp(&(&b.task_id, b.expected_next)));
-    let mut pieces: Vec<Vec<CronFire>> = Vec::new();
-    let mut current: Vec<CronFire> = Vec::new();
-    for fire in fires {
-        let same_task = current.last().is_some_and(|last| last.task_id == fire.task_id);
-        if current.len() >= AHEAD_PIECE && !same_task {
-            pieces.push(std::mem::take(&mut current));
-        }
-        current.push(fire);
-    }
-    if !current.is_empty() {
-        pieces.push(current);
-    }
-    pieces
+    pieces::keeping_groups(fires, AHEAD_PIECE, |a, b| a.task_id == b.task_id)
 }
 
 fn definition_trigger(definition: &TaskDefinition, index: u16) -> Option<(MisfirePolicy, u32)> {

@@ -5,8 +5,10 @@
 //! - [`leader`]: MySQL-lock leader election with fenced terms; the leader alone runs
 //!   cron planning, the timer, dispatch and the outbox relay
 //! - [`intake`]: the durable consumer of `ax.trigger.*`, creating instances by trigger id
-//! - [`cron`]: planning cron fires from MySQL into the due index, firing them, misfires
+//! - [`cron`]: planning cron fires from MySQL, creating them ahead (or indexing them
+//!   to fire at their time, for a task with a concurrency limit), misfires
 //! - [`timers`]: the leader's timer over the Redis due index
+//! - `pieces`: cutting fire batches into transactions without splitting a schedule
 //! - [`dispatch`]: moves due instances to live workers and pushes them onto their queues
 //! - [`registry`]: live workers, from their heartbeats
 //! - [`reports`]: answers workers' reports through batched guarded transitions
@@ -25,6 +27,7 @@ pub mod intake;
 pub mod leader;
 pub mod leases;
 pub mod metrics;
+mod pieces;
 pub mod reaper;
 pub mod registry;
 pub mod relay;

@@ -154,19 +154,7 @@ async fn reconcile(shared: &Shared, due: &DueIndex) -> anyhow::Result<()> {
 fn cron_pieces(mut members: Vec<(String, i64)>) -> Vec<Vec<(String, i64)>> {
     let schedule = |member: &str| member.rsplit_once(':').map_or(member.to_owned(), |(key, _)| key.to_owned());
     members.sort_by_cached_key(|(member, at)| (schedule(member), *at));
-    let mut pieces: Vec<Vec<(String, i64)>> = Vec::new();
-    let mut current: Vec<(String, i64)> = Vec::new();
-    for member in members {
-        let same_schedule = current.last().is_some_and(|last| schedule(&last.0) == schedule(&member.0));
-        if current.len() >= FIRE_PIECE && !same_schedule {
-            pieces.push(std::mem::take(&mut current));
-        }
-        current.push(member);
-    }
-    if !current.is_empty() {
-        pieces.push(current);
-    }
-    pieces
+    crate::pieces::keeping_groups(members, FIRE_PIECE, |a, b| schedule(&a.0) == schedule(&b.0))
 }
 
 #[cfg(test)]
