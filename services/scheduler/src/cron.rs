@@ -246,20 +246,30 @@ async fn plan_fires(shared: &Shared, term: &Term, due: &DueIndex, entering: Vec<
     // second once the instances outgrew MySQL's buffer pool (each insert waiting on
     // a page read). A task's fires share a piece, so a schedule's fire n + 1 is
     // taken only after n has moved it, and two pieces never lock one task row.
-    let mut pieces = futures::stream::iter(ahead_pieces(ahead))
-        .map(|piece| async move {
-            anyhow::Ok(shared.deps.store.fire_cron(&piece, Some(term.fence)).await?)
-        })
+    let mut in_flight = futures::stream::iter(ahead_pieces(ahead))
+        .map(|piece| async move { shared.deps.store.fire_cron(&piece, Some(term.fence)).await })
         .buffer_unordered(AHEAD_IN_FLIGHT);
-    while let Some(done) = pieces.next().await {
-        let fired = done?;
+    // A failed piece does not stop the others: what they committed is indexed for
+    // the timer before the error goes up (and the plan is read again from MySQL).
+    let mut failed = None;
+    while let Some(done) = in_flight.next().await {
+        let fired = match done {
+            Ok(fired) => fired,
+            Err(err) => {
+                failed.get_or_insert(err);
+                continue;
+            }
+        };
         let created = fired.iter().filter(|f| matches!(f.outcome, ax_store::CreateOutcome::Created(_))).count();
         ::metrics::counter!(metrics::CRON_FIRES).increment(created as u64);
         let entries: Vec<(String, i64)> = fired.iter().map(|f| (timers::fire_member(f.outcome.instance_id().as_str()), timers::due_score(f.due_at))).collect();
         due.add(&entries).await?;
         shared.timer_wake.notify_one();
     }
-    Ok(())
+    match failed {
+        Some(err) => Err(err.into()),
+        None => Ok(()),
+    }
 }
 
 /// Fires created ahead per transaction, and transactions at once.
