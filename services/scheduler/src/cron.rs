@@ -22,7 +22,7 @@ use ax_domain::ids::TaskId;
 use ax_domain::task::{MisfirePolicy, TaskDefinition, TriggerSpec};
 use ax_domain::Timestamp;
 use ax_queue::DueIndex;
-use ax_store::schedules::{CronFire, CronRow};
+use ax_store::schedules::{CronFire, CronRow, Fired};
 use ax_store::{NewInstance, StoreError};
 use chrono::TimeDelta;
 use futures::StreamExt;
@@ -208,15 +208,21 @@ async fn plan_pass(shared: &Shared, term: &Term, due: &DueIndex, plan: &mut Plan
 /// (p99 586 ms). A task with a limit has the fire indexed and created at its
 /// time ([`fire`]): the limit is decided on what is active then.
 async fn plan_fires(shared: &Shared, term: &Term, due: &DueIndex, entering: Vec<(CronRow, Timestamp, Option<Timestamp>)>) -> anyhow::Result<()> {
-    let wanted: Vec<(TaskId, u32)> = entering.iter().filter_map(|(row, _, _)| Some((row.task_id.parse().ok()?, row.task_version))).collect();
+    let entering: Vec<(CronRow, TaskId, Timestamp, Option<Timestamp>)> = entering
+        .into_iter()
+        .filter_map(|(row, fire, next)| {
+            let task_id = row.task_id.parse().ok()?;
+            Some((row, task_id, fire, next))
+        })
+        .collect();
+    let wanted: Vec<(TaskId, u32)> = entering.iter().map(|(row, task_id, _, _)| (task_id.clone(), row.task_version)).collect();
     let definitions = shared.tasks.get_many(&wanted).await?;
     let operator = format!("cron@{}", term.fence.epoch);
     let mut ahead = Vec::new();
     let mut entries = Vec::new();
     {
         let mut planned = shared.planned.lock().expect("planned lock");
-        for (row, fire, next) in entering {
-            let Ok(task_id) = row.task_id.parse::<TaskId>() else { continue };
+        for (row, task_id, fire, next) in entering {
             let Some(definition) = definitions.get(&(task_id.clone(), row.task_version)) else {
                 tracing::warn!(task = %row.task_name, version = row.task_version, "cron schedule names a task version that does not exist; skipped");
                 continue;
@@ -260,8 +266,7 @@ async fn plan_fires(shared: &Shared, term: &Term, due: &DueIndex, entering: Vec<
                 continue;
             }
         };
-        let created = fired.iter().filter(|f| matches!(f.outcome, ax_store::CreateOutcome::Created(_))).count();
-        ::metrics::counter!(metrics::CRON_FIRES).increment(created as u64);
+        count_fires(&fired);
         let entries: Vec<(String, i64)> = fired.iter().map(|f| (timers::fire_member(f.outcome.instance_id().as_str()), timers::due_score(f.due_at))).collect();
         due.add(&entries).await?;
         shared.timer_wake.notify_one();
@@ -270,6 +275,13 @@ async fn plan_fires(shared: &Shared, term: &Term, due: &DueIndex, entering: Vec<
         Some(err) => Err(err.into()),
         None => Ok(()),
     }
+}
+
+/// Counts the fires that created an instance. Not by task: 100,000 cron tasks would
+/// be 100,000 series (a task's fires are its instances).
+fn count_fires(fired: &[Fired]) {
+    let created = fired.iter().filter(|f| matches!(f.outcome, ax_store::CreateOutcome::Created(_))).count();
+    ::metrics::counter!(metrics::CRON_FIRES).increment(created as u64);
 }
 
 /// Fires created ahead per transaction, and transactions at once.
@@ -376,9 +388,7 @@ pub(crate) async fn fire(shared: &Shared, term: &Term, members: &[(String, i64)]
     for fire in &fires {
         ::metrics::histogram!(metrics::CRON_FIRE_SKEW).record((now - fire.expected_next).as_seconds_f64().max(0.0));
     }
-    // Not by task: 100,000 cron tasks would be 100,000 series (a task's fires are its instances).
-    let created = outcomes.iter().filter(|f| matches!(f.outcome, ax_store::CreateOutcome::Created(_))).count();
-    ::metrics::counter!(metrics::CRON_FIRES).increment(created as u64);
+    count_fires(&outcomes);
     {
         let mut planned = shared.planned.lock().expect("planned lock");
         for key in &handled {

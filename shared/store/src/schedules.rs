@@ -12,7 +12,6 @@ use sqlx::{FromRow, MySqlConnection, QueryBuilder};
 
 use crate::error::{retry_busy, Context, StoreError};
 use crate::instances::{CreateOutcome, NewInstance};
-
 use crate::leader::{check_fence, Fence};
 use crate::Store;
 
@@ -196,7 +195,7 @@ pub struct Fired {
 /// due, of the triggers `triggers` picks (by trigger index), inside the caller's
 /// transaction: a task disabled or deleted, or a cron trigger changed, must not
 /// fire at a time planned before. Their fires stay consumed (the schedule does not
-/// go back), so a fire still creates at most one instance. Returns how many.
+/// go back), so a fire still creates at most one instance.
 pub(crate) async fn cancel_fires_ahead(
     store: &Store,
     tx: &mut MySqlConnection,
@@ -205,7 +204,7 @@ pub(crate) async fn cancel_fires_ahead(
     now: Timestamp,
     reason: &str,
     operator: &str,
-) -> Result<usize, StoreError> {
+) -> Result<(), StoreError> {
     let ahead: Vec<(String, String)> = sqlx::query_as(
         "SELECT id, trigger_id FROM instances WHERE task_id = ? AND state = 'CREATED' AND trigger_type = 'cron' AND due_at > ? ORDER BY id",
     )
@@ -226,8 +225,8 @@ pub(crate) async fn cancel_fires_ahead(
             })
         })
         .collect();
-    let cancelled = store.apply_in(&mut *tx, &requests).await?;
-    Ok(cancelled.iter().filter(|outcome| outcome.is_ok()).count())
+    store.apply_in(&mut *tx, &requests).await?;
+    Ok(())
 }
 
 /// The latest fire time after `now` that trigger `index` of the task has claimed a
@@ -285,17 +284,16 @@ async fn advance_schedules<'a>(tx: &mut MySqlConnection, fires: &'a [CronFire], 
     }
     select.push(") FOR UPDATE");
     let rows: Vec<(String, u16, Timestamp, u32)> = select.build_query_as().fetch_all(&mut *tx).await.at("lock cron schedules")?;
-    let versions: std::collections::HashMap<(String, u16), u32> = rows.iter().map(|(t, i, _, v)| ((t.clone(), *i), *v)).collect();
     // In order, as one UPDATE per fire would see them: a batch can hold a schedule's
     // fire for second n and for second n + 1 (a timer that woke late), the second
     // due only once the first has moved the schedule.
-    let mut next: std::collections::HashMap<(String, u16), Timestamp> = rows.into_iter().map(|(t, i, at, _)| ((t, i), at)).collect();
+    // Each schedule's next fire and the task version that wrote it.
+    let mut next: std::collections::HashMap<(String, u16), (Timestamp, u32)> = rows.into_iter().map(|(t, i, at, version)| ((t, i), (at, version))).collect();
     let mut moving = Vec::with_capacity(fires.len());
     for fire in fires {
         let key = (fire.task_id.as_str().to_owned(), fire.trigger_index);
-        let current_version = versions.get(&key).copied();
         match next.get_mut(&key) {
-            Some(at) if *at == fire.expected_next && current_version == Some(fire.task_version) => {
+            Some((at, version)) if *at == fire.expected_next && *version == fire.task_version => {
                 *at = fire.new_next;
                 moving.push(fire);
             }
@@ -305,7 +303,7 @@ async fn advance_schedules<'a>(tx: &mut MySqlConnection, fires: &'a [CronFire], 
     if moving.is_empty() {
         return Ok(moving);
     }
-    let mut moved: Vec<(&str, u16, Timestamp)> = moving.iter().map(|f| (f.task_id.as_str(), f.trigger_index, next[&(f.task_id.as_str().to_owned(), f.trigger_index)])).collect();
+    let mut moved: Vec<(&str, u16, Timestamp)> = moving.iter().map(|f| (f.task_id.as_str(), f.trigger_index, next[&(f.task_id.as_str().to_owned(), f.trigger_index)].0)).collect();
     moved.sort_unstable();
     moved.dedup();
     let mut update = QueryBuilder::new("UPDATE cron_schedules SET next_fire_at = CASE");

@@ -133,7 +133,7 @@ impl Store {
                     .execute(&mut *tx)
                     .await
                     .at("update task")?;
-                let id = row.id.parse().map_err(|e: ax_domain::ids::InvalidId| StoreError::Corrupt { what: "tasks", reason: e.to_string() })?;
+                let id = parse_task_id(&row.id)?;
                 (id, version, row.created_at, action)
             }
         };
@@ -283,8 +283,7 @@ impl Store {
                 .await
                 .at("set task enabled")?;
             if !enabled {
-                let task_id = parse_task_id(&row.id)?;
-                crate::schedules::cancel_fires_ahead(self, &mut tx, &task_id, |_| true, now, "task disabled", operator).await?;
+                crate::schedules::cancel_fires_ahead(self, &mut tx, &parse_task_id(&row.id)?, |_| true, now, "task disabled", operator).await?;
             }
             let action = if enabled { TaskAction::Enabled } else { TaskAction::Disabled };
             let change = TaskChanged { task: row.name.clone(), task_version: row.version, action, operator: operator.to_owned() };
