@@ -7,7 +7,6 @@ use ax_domain::Timestamp;
 use sqlx::MySqlConnection;
 
 use crate::error::{Context, StoreError};
-use crate::script::Script;
 use crate::Store;
 
 /// The term a leader write belongs to.
@@ -44,26 +43,11 @@ impl Store {
 /// Fails the surrounding transaction unless `fence` is the current term. The shared
 /// lock it takes is held until commit, so the term cannot change underneath.
 pub(crate) async fn check_fence(conn: &mut MySqlConnection, fence: Fence) -> Result<(), StoreError> {
-    let current: u64 = sqlx::query_scalar(FENCE_READ).fetch_one(conn).await.at("check leadership fence")?;
-    fence_holds(fence, current)
-}
-
-// LOCK IN SHARE MODE rather than FOR SHARE: MariaDB 10.11 knows only the former.
-const FENCE_READ: &str = "SELECT epoch FROM scheduler_leader WHERE id = 1 LOCK IN SHARE MODE";
-
-/// [`check_fence`] as a statement of a batch: add it, then pass its rows to
-/// [`check_fence_rows`].
-pub(crate) fn read_fence(script: &mut Script) {
-    script.statement("check leadership fence", FENCE_READ);
-}
-
-pub(crate) fn check_fence_rows(rows: &[sqlx::mysql::MySqlRow], fence: Fence) -> Result<(), StoreError> {
-    let row = rows.first().ok_or(StoreError::Corrupt { what: "scheduler_leader", reason: "no leadership row".into() })?;
-    let current: u64 = sqlx::Row::try_get(row, 0).at("check leadership fence")?;
-    fence_holds(fence, current)
-}
-
-fn fence_holds(fence: Fence, current: u64) -> Result<(), StoreError> {
+    // LOCK IN SHARE MODE rather than FOR SHARE: MariaDB 10.11 knows only the former.
+    let current: u64 = sqlx::query_scalar("SELECT epoch FROM scheduler_leader WHERE id = 1 LOCK IN SHARE MODE")
+        .fetch_one(conn)
+        .await
+        .at("check leadership fence")?;
     if current == fence.epoch {
         Ok(())
     } else {

@@ -20,7 +20,6 @@
 //! - [`monitoring`]: the monitor's gauges and rule inputs
 //! - `shapes`: batch statements padded or cut to a few sizes (why: see the module)
 //! - `hot`: connections the hot path keeps beside the pool (why: see the module)
-//! - `script`: several statements in one round trip, values as literals (why: see the module)
 //! - `queries/`: the SQL, one file per statement
 
 pub mod chains;
@@ -35,7 +34,6 @@ pub mod logs;
 pub mod monitoring;
 pub mod outbox;
 pub mod schedules;
-mod script;
 mod shapes;
 pub mod tasks;
 

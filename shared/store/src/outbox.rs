@@ -12,7 +12,6 @@ use ax_domain::Timestamp;
 use sqlx::{FromRow, MySqlConnection};
 
 use crate::error::{Context, StoreError};
-use crate::script::Script;
 use crate::Store;
 
 /// One event waiting to be published.
@@ -118,16 +117,6 @@ impl Store {
                 .at("measure outbox")?;
         Ok((count.max(0) as u64, oldest))
     }
-}
-
-/// Adds the outbox row of `events` to a transaction's statement batch.
-pub(crate) fn append_to(script: &mut Script, events: &[OutboxEvent], now: Timestamp) {
-    if events.is_empty() {
-        return;
-    }
-    script.statement("append outbox events", "INSERT INTO outbox_batches (events, body, created_at) VALUES ").values(&[()], |row, ()| {
-        row.uint(events.len() as u64).bytes(&encode(events)).time(now);
-    });
 }
 
 /// Writes `events` as one outbox row inside the caller's transaction.

@@ -8,11 +8,11 @@ use ax_domain::shard::ShardOf;
 use ax_domain::state::StateKind;
 use ax_domain::task::{BlockingStrategy, Priority, TriggerKind};
 use ax_domain::Timestamp;
-use sqlx::MySqlConnection;
+use sqlx::{MySqlConnection, QueryBuilder};
 
 use crate::error::{retry_busy, Context, StoreError};
+use crate::shapes::{padded, pieces};
 use crate::outbox::OutboxEvent;
-use crate::script::Script;
 use crate::Store;
 
 /// One instance to create.
@@ -40,8 +40,9 @@ pub struct NewInstance {
     pub shard: Option<ShardOf>,
 }
 
-/// Instances created per round of statements: about 2 KB of statement text each
-/// (ids, parameters, the encoded events), well inside MySQL's `max_allowed_packet`.
+/// Instances created per round of statements. The inserts go in `shapes::pieces`
+/// (at most 512 rows of 21 placeholders); the padded trigger-id lookup takes two
+/// placeholders per instance. A power of two, so a full chunk makes whole pieces.
 const CREATE_CHUNK: usize = 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,17 +72,11 @@ impl Store {
         for new in batch {
             debug_assert!(new.initial.is_initial(), "{} is not an initial state", new.initial);
         }
-        // Two round trips: `BEGIN` with the trigger-id claim and its read, then the
-        // instance, audit and outbox rows with `COMMIT` (unless a limited task's
-        // admission needs its own reads in between).
         let outcomes = retry_busy(|| async {
             let mut conn = self.hot().await?;
-            let mut head = Script::new();
-            head.statement("begin create instances", "BEGIN");
-            let mut tail = Script::new();
-            let outcomes = self.create_with(&mut conn, head, batch, &mut tail).await?;
-            tail.statement("commit create instances", "COMMIT");
-            tail.run(&mut conn).await?;
+            let mut tx = sqlx::Connection::begin(&mut *conn).await.at("begin create instances")?;
+            let outcomes = self.create_in(&mut tx, batch).await?;
+            tx.commit().await.at("commit create instances")?;
             conn.done();
             Ok(outcomes)
         })
@@ -94,35 +89,17 @@ impl Store {
 
     /// Creation inside a caller's transaction.
     pub(crate) async fn create_in(&self, tx: &mut MySqlConnection, batch: &[NewInstance]) -> Result<Vec<CreateOutcome>, StoreError> {
-        let mut tail = Script::new();
-        let outcomes = self.create_with(&mut *tx, Script::new(), batch, &mut tail).await?;
-        tail.run(tx).await?;
-        Ok(outcomes)
-    }
-
-    /// Sends `head` (statements of the caller's, such as `BEGIN`) with the claim of
-    /// the batch's trigger ids, and adds the rows to write to `tail`.
-    async fn create_with(
-        &self,
-        tx: &mut MySqlConnection,
-        mut head: Script,
-        batch: &[NewInstance],
-        tail: &mut Script,
-    ) -> Result<Vec<CreateOutcome>, StoreError> {
         if batch.is_empty() {
-            head.run(tx).await?;
             return Ok(Vec::new());
         }
-        // A large batch (a misfire catch-up of thousands of schedules, a backfill)
-        // goes in chunks, still in the caller's one transaction, so no batch of
-        // statements grows past what the server accepts in one packet. A trigger id
-        // that repeats across pieces is found by the later piece's claim (same
-        // transaction).
+        // A statement takes at most 65,535 placeholders: a large batch (a misfire
+        // catch-up of thousands of schedules, a backfill) goes in chunks, still in
+        // the caller's one transaction. A trigger id that
+        // repeats across pieces is found by the later piece's claim (same transaction).
         if batch.len() > CREATE_CHUNK {
             let mut outcomes = Vec::with_capacity(batch.len());
             for piece in batch.chunks(CREATE_CHUNK) {
-                outcomes.extend(Box::pin(self.create_with(&mut *tx, std::mem::take(&mut head), piece, &mut *tail)).await?);
-                std::mem::take(tail).run(&mut *tx).await?;
+                outcomes.extend(Box::pin(self.create_in(&mut *tx, piece)).await?);
             }
             return Ok(outcomes);
         }
@@ -139,22 +116,30 @@ impl Store {
             }
         }
 
-        head.statement("claim trigger ids", "INSERT INTO instance_triggers (task_id, trigger_id, instance_id, created_at) VALUES ")
-            .values(&unique, |row, &index| {
-                row.text(batch[index].task_id.as_str()).text(&batch[index].trigger_id).text(fresh_ids[index].as_str()).time(now);
-            })
-            .sql(" ON DUPLICATE KEY UPDATE instance_id = instance_id");
-        head.statement("read trigger owners", "SELECT task_id, trigger_id, instance_id FROM instance_triggers WHERE (task_id, trigger_id) IN (");
-        for (i, &index) in unique.iter().enumerate() {
-            head.sql(if i == 0 { "(" } else { ", (" }).text(batch[index].task_id.as_str()).sql(", ").text(&batch[index].trigger_id).sql(")");
+        for piece in pieces(&unique) {
+            let mut claim = QueryBuilder::new("INSERT INTO instance_triggers (task_id, trigger_id, instance_id, created_at) ");
+            claim.push_values(piece, |mut row, &index| {
+                row.push_bind(batch[index].task_id.as_str().to_owned())
+                    .push_bind(batch[index].trigger_id.clone())
+                    .push_bind(fresh_ids[index].as_str().to_owned())
+                    .push_bind(now);
+            });
+            claim.push(" ON DUPLICATE KEY UPDATE instance_id = instance_id");
+            claim.build().execute(&mut *tx).await.at("claim trigger ids")?;
         }
-        head.sql(") FOR UPDATE");
-        let owners = head.run(&mut *tx).await?.rows.pop().unwrap_or_default();
-        let mut owner_of: HashMap<(String, String), String> = HashMap::with_capacity(owners.len());
-        for row in &owners {
-            let (task, trigger, instance): (String, String, String) = sqlx::FromRow::from_row(row).at("read trigger owners")?;
-            owner_of.insert((task, trigger), instance);
+
+        let mut owners = QueryBuilder::new("SELECT task_id, trigger_id, instance_id FROM instance_triggers WHERE (task_id, trigger_id) IN (");
+        let mut list = owners.separated(", ");
+        for &index in padded(&unique) {
+            list.push("(")
+                .push_bind_unseparated(batch[index].task_id.as_str().to_owned())
+                .push_unseparated(", ")
+                .push_bind_unseparated(batch[index].trigger_id.clone())
+                .push_unseparated(")");
         }
+        owners.push(") FOR UPDATE");
+        let rows: Vec<(String, String, String)> = owners.build_query_as().fetch_all(&mut *tx).await.at("read trigger owners")?;
+        let owner_of: HashMap<(String, String), String> = rows.into_iter().map(|(t, g, i)| ((t, g), i)).collect();
 
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut created: Vec<usize> = Vec::new();
@@ -179,7 +164,7 @@ impl Store {
                 .zip(decisions)
                 .map(|(&i, (state, reason))| (&batch[i], &fresh_ids[i], TraceId::generate(), state, reason))
                 .collect();
-            insert_instances(tail, &rows, now);
+            insert_instances(&mut *tx, &rows, now).await?;
             let events: Vec<InstanceTransitioned> = rows
                 .iter()
                 .map(|(new, id, trace_id, state, reason)| InstanceTransitioned {
@@ -199,7 +184,7 @@ impl Store {
                     shard: new.shard.clone(),
                 })
                 .collect();
-            append_events(tail, self, &events, now);
+            append_events(&mut *tx, self, &events, now).await?;
         }
         Ok(outcomes)
     }
@@ -291,62 +276,68 @@ impl Store {
     }
 }
 
-fn insert_instances(script: &mut Script, rows: &[(&NewInstance, &InstanceId, TraceId, StateKind, String)], now: Timestamp) {
-    script
-        .statement(
-            "insert instances",
-            "INSERT INTO instances (id, created_at, task_id, task_name, task_version, state, attempt, seq, trigger_type, \
-             trigger_id, trace_id, params, payload_version, priority, due_at, finished_at, reason, parent_id, shard_index, \
-             shard_total, updated_at) VALUES ",
-        )
-        .values(rows, |row, (new, id, trace_id, state, reason)| {
-            let finished_at = state.is_final().then_some(now);
-            row.text(id.as_str())
-                .time(now)
-                .text(new.task_id.as_str())
-                .text(&new.task_name)
-                .uint(new.task_version.into())
-                .text(state.as_str())
-                .uint(1)
-                .uint(1)
-                .text(new.trigger_type.as_str())
-                .text(&new.trigger_id)
-                .text(trace_id.as_str())
-                .text(&new.params.to_string())
-                .opt_uint(new.payload_version.map(u64::from))
-                .uint(new.priority.rank().into())
-                .time(new.due_at)
-                .opt_time(finished_at)
-                .text(&truncate(reason))
-                .opt_text(new.shard.as_ref().map(|s| s.parent_id.as_str()))
-                .opt_uint(new.shard.as_ref().map(|s| u64::from(s.index)))
-                .opt_uint(new.shard.as_ref().map(|s| u64::from(s.total)))
-                .time(now);
-        });
+async fn insert_instances(
+    conn: &mut MySqlConnection,
+    rows: &[(&NewInstance, &InstanceId, TraceId, StateKind, String)],
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    for piece in pieces(rows) {
+        insert_instance_rows(&mut *conn, piece, now).await?;
+    }
+    Ok(())
 }
 
-/// Adds the audit rows and the outbox row of a batch of transitions to `script`.
-pub(crate) fn append_events(script: &mut Script, store: &Store, events: &[InstanceTransitioned], now: Timestamp) {
+async fn insert_instance_rows(
+    conn: &mut MySqlConnection,
+    rows: &[(&NewInstance, &InstanceId, TraceId, StateKind, String)],
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let mut insert = QueryBuilder::new(
+        "INSERT INTO instances (id, created_at, task_id, task_name, task_version, state, attempt, seq, trigger_type, \
+         trigger_id, trace_id, params, payload_version, priority, due_at, finished_at, reason, parent_id, shard_index, \
+         shard_total, updated_at) ",
+    );
+    insert.push_values(rows, |mut row, (new, id, trace_id, state, reason)| {
+        let finished_at = state.is_final().then_some(now);
+        row.push_bind(id.as_str().to_owned())
+            .push_bind(now)
+            .push_bind(new.task_id.as_str().to_owned())
+            .push_bind(new.task_name.clone())
+            .push_bind(new.task_version)
+            .push_bind(state.as_str())
+            .push_bind(1u32)
+            .push_bind(1u32)
+            .push_bind(new.trigger_type.as_str())
+            .push_bind(new.trigger_id.clone())
+            .push_bind(trace_id.as_str().to_owned())
+            .push_bind(new.params.to_string())
+            .push_bind(new.payload_version)
+            .push_bind(new.priority.rank())
+            .push_bind(new.due_at)
+            .push_bind(finished_at)
+            .push_bind(truncate(reason))
+            .push_bind(new.shard.as_ref().map(|s| s.parent_id.as_str().to_owned()))
+            .push_bind(new.shard.as_ref().map(|s| s.index))
+            .push_bind(new.shard.as_ref().map(|s| s.total))
+            .push_bind(now);
+    });
+    insert.build().execute(conn).await.at("insert instances")?;
+    Ok(())
+}
+
+/// Appends the audit rows and outbox events of a batch of transitions: audit rows
+/// in pieces, the events as one outbox row.
+pub(crate) async fn append_events(
+    conn: &mut MySqlConnection,
+    store: &Store,
+    events: &[InstanceTransitioned],
+    now: Timestamp,
+) -> Result<(), StoreError> {
     let ids: Vec<EventId> = events.iter().map(|_| EventId::generate()).collect();
     let rows: Vec<(&InstanceTransitioned, EventId)> = events.iter().zip(ids).collect();
-    script
-        .statement(
-            "append audit rows",
-            "INSERT INTO instance_transitions (instance_id, seq, event_id, task_name, attempt, from_state, to_state, operator, reason, worker_id, created_at) VALUES ",
-        )
-        .values(&rows, |row, (e, id)| {
-            row.text(e.instance_id.as_str())
-                .uint(e.seq.into())
-                .text(id.as_str())
-                .text(&e.task)
-                .uint(e.attempt.into())
-                .opt_text(e.from.map(StateKind::as_str))
-                .text(e.to.as_str())
-                .text(&e.operator)
-                .text(&truncate(&e.reason))
-                .opt_text(e.worker_id.as_ref().map(|w| w.as_str()))
-                .time(now);
-        });
+    for piece in pieces(&rows) {
+        append_audit_rows(&mut *conn, piece, now).await?;
+    }
     let outbox: Vec<OutboxEvent> = rows
         .iter()
         .map(|(e, id)| {
@@ -361,7 +352,28 @@ pub(crate) fn append_events(script: &mut Script, store: &Store, events: &[Instan
             }
         })
         .collect();
-    crate::outbox::append_to(script, &outbox, now);
+    crate::outbox::append(conn, &outbox, now).await
+}
+
+async fn append_audit_rows(conn: &mut MySqlConnection, rows: &[(&InstanceTransitioned, EventId)], now: Timestamp) -> Result<(), StoreError> {
+    let mut audit = QueryBuilder::new(
+        "INSERT INTO instance_transitions (instance_id, seq, event_id, task_name, attempt, from_state, to_state, operator, reason, worker_id, created_at) ",
+    );
+    audit.push_values(rows, |mut row, (e, id)| {
+        row.push_bind(e.instance_id.as_str().to_owned())
+            .push_bind(e.seq)
+            .push_bind(id.as_str().to_owned())
+            .push_bind(e.task.clone())
+            .push_bind(e.attempt)
+            .push_bind(e.from.map(StateKind::as_str))
+            .push_bind(e.to.as_str())
+            .push_bind(e.operator.clone())
+            .push_bind(truncate(&e.reason))
+            .push_bind(e.worker_id.as_ref().map(|w| w.as_str().to_owned()))
+            .push_bind(now);
+    });
+    audit.build().execute(conn).await.at("append audit rows")?;
+    Ok(())
 }
 
 /// Reasons are for people; a runaway one (a handler's whole stderr) is cut to fit.

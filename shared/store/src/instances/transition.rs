@@ -6,14 +6,13 @@ use ax_domain::event::InstanceTransitioned;
 use ax_domain::ids::InstanceId;
 use ax_domain::state::{apply, Command, InstanceState, Snapshot, TransitionError};
 use ax_domain::Timestamp;
-use sqlx::{FromRow, QueryBuilder};
+use sqlx::QueryBuilder;
 
 use super::create::{append_events, truncate};
 use super::shards::ShardWork;
 use super::{InstanceRecord, InstanceRow, ShardCounts, INSTANCE_COLUMNS};
 use crate::error::{retry_busy, Context, StoreError};
-use crate::leader::{check_fence_rows, read_fence, Fence};
-use crate::script::Script;
+use crate::leader::{check_fence, Fence};
 use crate::shapes::padded;
 use crate::Store;
 
@@ -75,25 +74,14 @@ impl Store {
         Ok(outcomes)
     }
 
-    /// Three round trips: `BEGIN`, the fence and the locking read in one batch; the
-    /// guarded `UPDATE`; the audit rows, the outbox row and `COMMIT` in one batch.
     async fn transition_once(&self, batch: &[TransitionRequest], fence: Option<Fence>) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
         let mut conn = self.hot().await?;
-        let mut head = Script::new();
-        head.statement("begin transition", "BEGIN");
-        if fence.is_some() {
-            read_fence(&mut head);
-        }
-        lock_instances(&mut head, batch);
-        let mut results = head.run(&mut conn).await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.at("begin transition")?;
         if let Some(fence) = fence {
-            check_fence_rows(&results.rows[1], fence)?;
+            check_fence(&mut tx, fence).await?;
         }
-        let locked = results.rows.pop().unwrap_or_default();
-        let mut tail = Script::new();
-        let outcomes = self.apply_locked(&mut conn, batch, &locked, &mut tail).await?;
-        tail.statement("commit transition", "COMMIT");
-        tail.run(&mut conn).await?;
+        let outcomes = self.apply_in(&mut tx, batch).await?;
+        tx.commit().await.at("commit transition")?;
         conn.done();
         Ok(outcomes)
     }
@@ -108,32 +96,20 @@ impl Store {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let mut head = Script::new();
-        lock_instances(&mut head, batch);
-        let locked = head.run(&mut *tx).await?.rows.pop().unwrap_or_default();
-        let mut tail = Script::new();
-        let outcomes = self.apply_locked(&mut *tx, batch, &locked, &mut tail).await?;
-        tail.run(&mut *tx).await?;
-        Ok(outcomes)
-    }
-
-    /// Decides each request against the rows [`lock_instances`] locked, writes the
-    /// guarded `UPDATE` at once, and adds the audit rows and the outbox row to
-    /// `tail` for the caller to send (with its `COMMIT`, when it has one).
-    async fn apply_locked(
-        &self,
-        tx: &mut sqlx::MySqlConnection,
-        batch: &[TransitionRequest],
-        locked: &[sqlx::mysql::MySqlRow],
-        tail: &mut Script,
-    ) -> Result<Vec<Result<Applied, Refusal>>, StoreError> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
         let now = ax_domain::now();
-        let mut current: HashMap<InstanceId, InstanceRecord> = HashMap::with_capacity(locked.len());
-        for row in locked {
-            let row = InstanceRow::from_row(row).at("read locked instances")?;
+        let mut ids: Vec<&str> = batch.iter().map(|r| r.instance_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        // Locks in primary-key order, so concurrent batches cannot deadlock each other.
+        let mut select = QueryBuilder::new(format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id IN ("));
+        let mut list = select.separated(", ");
+        for id in padded(&ids) {
+            list.push_bind(id.to_string());
+        }
+        select.push(") ORDER BY id FOR UPDATE");
+        let rows: Vec<InstanceRow> = select.build_query_as().fetch_all(&mut *tx).await.at("lock instances")?;
+        let mut current: HashMap<InstanceId, InstanceRecord> = HashMap::with_capacity(rows.len());
+        for row in rows {
             let record = InstanceRecord::try_from(row)?;
             current.insert(record.id.clone(), record);
         }
@@ -190,32 +166,13 @@ impl Store {
             write_guarded(&mut *tx, piece).await?;
         }
         if !events.is_empty() {
-            append_events(tail, self, &events, now);
+            append_events(&mut *tx, self, &events, now).await?;
         }
         if !shard_work.is_empty() {
-            // Following shards reads and writes more; the events so far go first,
-            // so the outbox keeps a firing's events before its shards'.
-            std::mem::take(tail).run(&mut *tx).await?;
             self.follow_shards(&mut *tx, shard_work).await?;
         }
         Ok(outcomes)
     }
-}
-
-/// Adds the locking read of a batch's instances: primary-key order, so concurrent
-/// batches cannot deadlock each other.
-fn lock_instances(script: &mut Script, batch: &[TransitionRequest]) {
-    let mut ids: Vec<&str> = batch.iter().map(|r| r.instance_id.as_str()).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    script.statement("lock instances", &format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id IN ("));
-    for (i, id) in ids.iter().enumerate() {
-        if i > 0 {
-            script.sql(", ");
-        }
-        script.text(id);
-    }
-    script.sql(") ORDER BY id FOR UPDATE");
 }
 
 /// The record after a move: every column that depends on the state follows it.

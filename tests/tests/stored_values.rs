@@ -1,6 +1,7 @@
-//! The hot path sends its inserts as text batches with values written as literals
-//! (`ax_store::script`): every value must come back byte for byte, and none may be
-//! read as SQL, whatever quotes, backslashes or control characters it holds.
+//! What a trigger, a task's parameters, an operator or a reason carries is stored
+//! byte for byte and never read as SQL, whatever quotes, backslashes or control
+//! characters it holds: through creation, guarded transitions, the audit trail and
+//! the outbox.
 
 use ax_domain::state::{Command, StateKind};
 use ax_store::{CreateOutcome, TransitionRequest};
