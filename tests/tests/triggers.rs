@@ -407,8 +407,9 @@ async fn delayed_triggers_from_nats_are_indexed_for_the_timer_at_once() {
 }
 
 /// A cron fire of a task without a concurrency limit is committed up to the
-/// planner's window ahead of its time, due at that time. Disabling the task cancels
-/// the ones not yet due; changing the expression cancels the old schedule's, and
+/// planner's window ahead of its time, due at that time. One of a task disabled by
+/// its time is cancelled when due (one of a task enabled again by then is not);
+/// changing the expression cancels the old schedule's at once, and
 /// the new schedule starts after them (their trigger ids stay claimed). A task with
 /// a limit has each fire created at its time: the limit is judged on what is active
 /// then.
@@ -424,7 +425,12 @@ async fn cron_fires_created_ahead_are_cancelled_when_their_schedule_no_longer_wa
         }
         definition
     };
-    env.register(per_second("early", "* * * * * *", None)).await;
+    // Urgent, so the dispatcher (no worker here) reads its fires before the backlog
+    // of the others': a fire is judged when a pass reads it.
+    let mut early = per_second("early", "* * * * * *", None);
+    early["priority"] = json!("urgent");
+    env.register(early).await;
+    env.register(per_second("again", "* * * * * *", None)).await;
     env.register(per_second("moved", "* * * * * *", None)).await;
     env.register(per_second("limited", "* * * * * *", Some(1000))).await;
     let pool = env.store.pool();
@@ -438,17 +444,34 @@ async fn cron_fires_created_ahead_are_cancelled_when_their_schedule_no_longer_wa
     };
     eventually(Duration::from_secs(10), "fires created ahead", || async {
         let now = chrono::Utc::now();
-        (due_after("early", now).await.len() >= 2 && due_after("moved", now).await.len() >= 2).then_some(())
+        let ahead = [due_after("early", now).await.len(), due_after("again", now).await.len(), due_after("moved", now).await.len()];
+        let early_fired: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = 'early' AND due_at < ?").bind(now).fetch_one(pool).await.unwrap();
+        (ahead.iter().all(|&n| n >= 2) && early_fired > 0).then_some(())
     })
     .await;
 
+    // Disabled: the fires created ahead are judged at their time, not before. One
+    // task stays disabled, the other is enabled again at once.
+    let before_disable = chrono::Utc::now();
     env.store.set_enabled("early", false, "test").await.unwrap();
+    env.store.set_enabled("again", false, "test").await.unwrap();
+    env.store.set_enabled("again", true, "test").await.unwrap();
     let disabled_at = chrono::Utc::now();
-    let cancelled = due_after("early", disabled_at).await;
-    assert!(!cancelled.is_empty(), "fires were created ahead of the disable");
-    for (id, _, state, reason) in &cancelled {
-        assert_eq!((state.as_str(), reason.as_str()), ("CANCELLED", "task disabled"), "fire {id} created ahead no longer runs");
+    let later = disabled_at + chrono::TimeDelta::milliseconds(500);
+    let early_ahead = due_after("early", later).await;
+    let again_ahead = due_after("again", later).await;
+    assert!(!early_ahead.is_empty() && !again_ahead.is_empty(), "fires were created ahead of the disable");
+    for (id, _, state, _) in early_ahead.iter().chain(&again_ahead) {
+        assert_eq!(state, "CREATED", "fire {id} waits for its time to be judged");
     }
+    // Fires that came due while the task was enabled wait for a worker as before.
+    let due_while_enabled: Vec<String> = sqlx::query_scalar("SELECT id FROM instances WHERE task_name = 'early' AND due_at < ?")
+        .bind(before_disable)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert!(!due_while_enabled.is_empty(), "the task fired before it was disabled");
 
     env.register(per_second("moved", "*/2 * * * * *", None)).await;
     let updated_at = chrono::Utc::now();
@@ -483,8 +506,24 @@ async fn cron_fires_created_ahead_are_cancelled_when_their_schedule_no_longer_wa
     for (due, created) in &limited {
         assert!(created >= due, "a limited task's fire at {due} is created at its time, not ahead ({created})");
     }
-    let early_after: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = 'early' AND due_at > ?").bind(disabled_at).fetch_one(pool).await.unwrap();
-    assert_eq!(early_after as usize, cancelled.len(), "a disabled task creates no more fires");
+    // By now every fire created ahead is past its time (the planner's window is 3 s).
+    let state_of = |id: String| async move {
+        sqlx::query_as::<_, (String, String)>("SELECT state, reason FROM instances WHERE id = ?").bind(id).fetch_one(pool).await.unwrap()
+    };
+    for (id, due, _, _) in &early_ahead {
+        let (state, reason) = state_of(id.clone()).await;
+        assert_eq!((state.as_str(), reason.as_str()), ("CANCELLED", "task disabled"), "fire {id} at {due} of a task disabled before it");
+    }
+    for (id, due, _, _) in &again_ahead {
+        assert_eq!(state_of(id.clone()).await.0, "CREATED", "fire {id} at {due} of a task enabled again before it waits for a worker");
+    }
+    for id in due_while_enabled {
+        assert_eq!(state_of(id.clone()).await.0, "CREATED", "fire {id}, due while its task was enabled, waits for a worker");
+    }
+    let again_later: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = 'again' AND due_at > ?").bind(later).fetch_one(pool).await.unwrap();
+    assert!(again_later as usize > again_ahead.len(), "the task enabled again goes on firing");
+    let early_after: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE task_name = 'early' AND due_at > ?").bind(later).fetch_one(pool).await.unwrap();
+    assert_eq!(early_after as usize, early_ahead.len(), "a disabled task creates no more fires");
     scheduler.stop().await;
     env.cleanup().await;
 }

@@ -13,16 +13,19 @@
 //!
 //! An instance no worker can take stays CREATED (backlog) and goes out as soon as
 //! one appears: a heartbeat from a new worker wakes the dispatcher.
+//!
+//! A cron fire committed ahead of its time is judged when a pass reads it: if its
+//! task was disabled at or before the fire time, it is cancelled, not dispatched.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ax_domain::ids::InstanceId;
+use ax_domain::ids::{InstanceId, TaskId};
 use ax_domain::protocol::Assignment;
 use ax_domain::state::Command;
-use ax_domain::task::{DispatchStrategy, ShardPlan};
-use ax_store::TransitionRequest;
+use ax_domain::task::{DispatchStrategy, ShardPlan, TriggerKind};
+use ax_store::{InstanceRecord, TransitionRequest};
 use futures::{FutureExt, StreamExt};
 
 use crate::leader::Term;
@@ -94,7 +97,7 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
         loop {
             match pass(&shared, &term).await {
                 // Fanned-out firings left shards due now.
-                Ok(done) if done.fanned_out > 0 || (done.moved > 0 && done.looked >= BATCH as usize) => continue,
+                Ok(done) if done.fanned_out > 0 || done.cancelled > 0 || (done.moved > 0 && done.looked >= BATCH as usize) => continue,
                 Ok(_) => break,
                 Err(err) if is_fenced(&err) => {
                     ::metrics::counter!(metrics::FENCED_WRITES).increment(1);
@@ -139,6 +142,8 @@ struct PassResult {
     looked: usize,
     moved: usize,
     fanned_out: usize,
+    /// Cron fires of disabled tasks: more may wait behind them.
+    cancelled: usize,
 }
 
 /// One dispatch pass.
@@ -155,8 +160,10 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<PassResult> {
     // slots costs 16-odd rows a pass, not a full batch.
     let free: u32 = workers.iter().map(|w| capacity(w).saturating_sub(load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0))).sum();
     let due = store.due_instances(now, free.saturating_mul(2).clamp(MIN_READ, BATCH)).await?;
+    let looked = due.len();
+    let (due, cancelled) = cancel_fires_of_disabled_tasks(shared, term, due).await?;
     if due.is_empty() {
-        return Ok(PassResult::default());
+        return Ok(PassResult { looked, cancelled, ..PassResult::default() });
     }
     let firings: Vec<&InstanceId> = due.iter().filter_map(|i| i.shard.as_ref().map(|s| &s.parent_id)).collect();
     // Per firing, the workers holding one of its shards: the others are preferred.
@@ -236,7 +243,7 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<PassResult> {
         });
         planned.push((instance, definition, worker_id));
     }
-    let mut result = PassResult { looked: due.len(), ..PassResult::default() };
+    let mut result = PassResult { looked, cancelled, ..PassResult::default() };
     if !fan_outs.is_empty() {
         // The shards are created in the same commit and are due at once: the drain
         // loop's next pass dispatches them.
@@ -264,6 +271,44 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<PassResult> {
         ::metrics::counter!(metrics::LOOP_FAILURES, "loop" => "queue_push").increment(1);
     }
     Ok(result)
+}
+
+/// A cron fire of a task without a concurrency limit is created up to the planner's
+/// window ahead of its time (`cron::plan_fires`), so whether its task was enabled at
+/// the fire time is decided here, once it is due. A task disabled at or before the
+/// fire time does not run it: the fire is cancelled and stays consumed (one
+/// instance per fire). A task enabled again by then runs it as if nothing happened;
+/// a fire that came due while the task was enabled and only waits for a worker
+/// runs, as a fire created at its time would.
+async fn cancel_fires_of_disabled_tasks(shared: &Shared, term: &Term, due: Vec<InstanceRecord>) -> anyhow::Result<(Vec<InstanceRecord>, usize)> {
+    let ahead: Vec<&TaskId> = due.iter().filter(|i| created_ahead(i)).map(|i| &i.task_id).collect();
+    if ahead.is_empty() {
+        return Ok((due, 0));
+    }
+    let not_enabled = shared.deps.store.tasks_not_enabled(&ahead).await?;
+    if not_enabled.is_empty() {
+        return Ok((due, 0));
+    }
+    let (off, due): (Vec<InstanceRecord>, Vec<InstanceRecord>) =
+        due.into_iter().partition(|i| created_ahead(i) && not_enabled.get(&i.task_id).is_some_and(|&since| i.due_at >= since));
+    let operator = format!("scheduler@{}", term.fence.epoch);
+    let requests: Vec<TransitionRequest> = off
+        .iter()
+        .map(|i| TransitionRequest {
+            instance_id: i.id.clone(),
+            command: Command::Cancel { reason: "task disabled".into() },
+            operator: operator.clone(),
+            result: None,
+        })
+        .collect();
+    let outcomes = shared.deps.store.transition_fenced(&requests, Some(term.fence)).await?;
+    let cancelled = outcomes.iter().filter(|o| o.is_ok()).count();
+    tracing::info!(cancelled, "cron fires of disabled tasks cancelled at their time");
+    Ok((due, cancelled))
+}
+
+fn created_ahead(instance: &InstanceRecord) -> bool {
+    instance.trigger_type == TriggerKind::Cron && instance.attempt == 1 && instance.shard.is_none() && instance.created_at < instance.due_at
 }
 
 /// How many instances a worker may hold: its slots plus what it takes ahead.

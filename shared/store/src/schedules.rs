@@ -193,8 +193,9 @@ pub struct Fired {
 
 /// Cancels the cron instances of `task_id` created ahead of their fire and not yet
 /// due, of the triggers `triggers` picks (by trigger index), inside the caller's
-/// transaction: a task disabled or deleted, or a cron trigger changed, must not
-/// fire at a time planned before. Their fires stay consumed (the schedule does not
+/// transaction: a task deleted, or a cron trigger changed, must not fire at a time
+/// planned before. (A disabled task's fires are judged when due, by the dispatcher:
+/// it may be enabled again by then.) Their fires stay consumed (the schedule does not
 /// go back), so a fire still creates at most one instance.
 pub(crate) async fn cancel_fires_ahead(
     store: &Store,

@@ -1,6 +1,8 @@
 //! Task registration and lookup. Registration takes the task row's lock (seed 2.2),
 //! so concurrent updates of one task serialize and each gets its own version.
 
+use std::collections::HashMap;
+
 use ax_domain::event::{Event, EventBody, TaskAction, TaskChanged};
 use ax_domain::ids::{EventId, TaskId};
 use ax_domain::task::TaskDefinition;
@@ -242,6 +244,38 @@ impl Store {
 const VERSIONS_PER_READ: usize = 1024;
 
 impl Store {
+    /// Which of `tasks` are disabled or deleted now, and since when (their last
+    /// change; the dispatcher asks before it sends a cron fire created ahead of its
+    /// time). An unknown id counts as deleted since ever.
+    pub async fn tasks_not_enabled(&self, tasks: &[&TaskId]) -> Result<HashMap<TaskId, Timestamp>, StoreError> {
+        let mut wanted: Vec<&TaskId> = tasks.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut found: HashMap<String, (bool, Timestamp)> = HashMap::with_capacity(wanted.len());
+        for piece in wanted.chunks(VERSIONS_PER_READ) {
+            let mut query = sqlx::QueryBuilder::new("SELECT id, enabled = 1 AND deleted_at IS NULL, updated_at FROM tasks WHERE id IN (");
+            let mut list = query.separated(", ");
+            for task_id in crate::shapes::padded(piece) {
+                list.push_bind(task_id.as_str().to_owned());
+            }
+            query.push(")");
+            let mut conn = self.hot().await?;
+            let rows: Vec<(String, bool, Timestamp)> = query.build_query_as().fetch_all(&mut *conn).await.at("read which tasks are enabled")?;
+            conn.done();
+            found.extend(rows.into_iter().map(|(id, enabled, since)| (id, (enabled, since))));
+        }
+        Ok(wanted
+            .into_iter()
+            .filter_map(|t| match found.get(t.as_str()) {
+                Some((true, _)) => None,
+                Some((false, since)) => Some((t.clone(), *since)),
+                None => Some((t.clone(), Timestamp::MIN_UTC)),
+            })
+            .collect())
+    }
+}
+
+impl Store {
     /// [`Store::task_version`] by task name.
     pub async fn task_version_by_name(&self, task: &str, version: u32) -> Result<Option<TaskDefinition>, StoreError> {
         let json: Option<String> = sqlx::query_scalar(include_str!("../queries/task_version_by_name.sql"))
@@ -258,10 +292,12 @@ impl Store {
 impl Store {
     /// Enables or disables a task. A disabled task does not fire (its cron schedule
     /// is kept, so enabling it applies the misfire policy); running instances finish.
-    /// `None` if no such task.
+    /// A cron fire already created ahead of its time is judged when it is due: the
+    /// dispatcher cancels it if the task is disabled then, so disabling and enabling
+    /// again within the planner's window skips no fire. `None` if no such task.
     pub async fn set_enabled(&self, name: &str, enabled: bool, operator: &str) -> Result<Option<TaskRecord>, StoreError> {
-        // The planner's fire locks a schedule, then its task row; this locks the task
-        // row, then (cancelling fires ahead) instances: a deadlock is retried.
+        // The planner's fire locks a schedule, then its task row: a deadlock with a
+        // fire is retried.
         retry_busy(|| self.set_enabled_once(name, enabled, operator)).await
     }
 
@@ -282,9 +318,6 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .at("set task enabled")?;
-            if !enabled {
-                crate::schedules::cancel_fires_ahead(self, &mut tx, &parse_task_id(&row.id)?, |_| true, now, "task disabled", operator).await?;
-            }
             let action = if enabled { TaskAction::Enabled } else { TaskAction::Disabled };
             let change = TaskChanged { task: row.name.clone(), task_version: row.version, action, operator: operator.to_owned() };
             insert_task_event(&mut tx, self, change, now).await?;
