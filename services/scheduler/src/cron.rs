@@ -120,21 +120,16 @@ pub(crate) async fn plan(shared: Shared, term: Term) -> anyhow::Result<()> {
                 plan = Plan::new();
             }
         }
-        let deadline = tokio::time::sleep(PLAN_EVERY);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                biased;
-                _ = term.token.cancelled() => return Ok(()),
-                Some(message) = task_events.next() => {
-                    // ax.event.task.<task>.<action>: reload that task's schedules at once.
-                    if let Some(task) = message.headers.as_ref().and_then(|h| h.get("Ax-Task")).map(|v| v.as_str().to_owned()) {
-                        changed.push(task);
-                    }
-                    break;
+        tokio::select! {
+            biased;
+            _ = term.token.cancelled() => return Ok(()),
+            Some(message) = task_events.next() => {
+                // ax.event.task.<task>.<action>: reload that task's schedules at once.
+                if let Some(task) = message.headers.as_ref().and_then(|h| h.get("Ax-Task")).map(|v| v.as_str().to_owned()) {
+                    changed.push(task);
                 }
-                _ = &mut deadline => break,
             }
+            _ = tokio::time::sleep(PLAN_EVERY) => {}
         }
     }
 }

@@ -180,25 +180,25 @@ async fn pass(shared: &Shared, term: &Term) -> anyhow::Result<PassResult> {
             continue;
         };
         let eligible_workers: Vec<&WorkerEntry> = workers.iter().filter(|w| eligible(&w.heartbeat, &definition)).collect();
-        if instance.shard.is_none() {
-            if let Some(plan) = definition.dispatch.shard_plan() {
-                // The firing itself never runs: it splits into shard instances.
-                let total = match plan {
-                    ShardPlan::Fixed(total) => total,
-                    ShardPlan::PerWorker => eligible_workers.len() as u32,
-                };
-                if total == 0 {
-                    ::metrics::counter!(metrics::DISPATCH_NO_WORKER, "task" => instance.task_name.clone()).increment(1);
-                    continue;
-                }
-                fan_outs.push(TransitionRequest {
-                    instance_id: instance.id.clone(),
-                    command: Command::FanOut { total },
-                    operator: operator.clone(),
-                    result: None,
-                });
+        if instance.shard.is_none()
+            && let Some(plan) = definition.dispatch.shard_plan()
+        {
+            // The firing itself never runs: it splits into shard instances.
+            let total = match plan {
+                ShardPlan::Fixed(total) => total,
+                ShardPlan::PerWorker => eligible_workers.len() as u32,
+            };
+            if total == 0 {
+                ::metrics::counter!(metrics::DISPATCH_NO_WORKER, "task" => instance.task_name.clone()).increment(1);
                 continue;
             }
+            fan_outs.push(TransitionRequest {
+                instance_id: instance.id.clone(),
+                command: Command::FanOut { total },
+                operator: operator.clone(),
+                result: None,
+            });
+            continue;
         }
         let held = |w: &&WorkerEntry| load.get(w.heartbeat.worker_id.as_str()).copied().unwrap_or(0);
         let open: Vec<&WorkerEntry> = eligible_workers.iter().copied().filter(|w| held(w) < capacity(w)).collect();

@@ -7,11 +7,14 @@ use ax_domain::ids::TaskId;
 use ax_domain::task::TaskDefinition;
 use ax_store::{Store, StoreError};
 
+/// Definitions by (task, version): a version never changes once written.
+type Definitions<K> = Arc<Mutex<HashMap<(K, u32), Arc<TaskDefinition>>>>;
+
 #[derive(Clone)]
 pub struct TaskCache {
     store: Store,
-    versions: Arc<Mutex<HashMap<(TaskId, u32), Arc<TaskDefinition>>>>,
-    by_name: Arc<Mutex<HashMap<(String, u32), Arc<TaskDefinition>>>>,
+    versions: Definitions<TaskId>,
+    by_name: Definitions<String>,
 }
 
 impl TaskCache {

@@ -143,7 +143,7 @@ async fn reconcile(shared: &Shared, due: &DueIndex) -> anyhow::Result<()> {
         .map(|due| (if due.cron_fire { fire_member(&due.id) } else { instance_member(&due.id) }, due_score(due.due_at)))
         .collect();
     due.add(&entries).await?;
-    if let Ok(size) = due.len().await {
+    if let Ok(size) = due.count().await {
         ::metrics::gauge!(metrics::DUE_INDEX_SIZE).set(size as f64);
     }
     Ok(())

@@ -23,7 +23,7 @@
 //! # Layout
 //! - [`context`]: `TaskContext`, `TaskError`, the `Handler` trait
 //! - [`runner`]: the heartbeat, pop and report loops
-//! - [`handlers`]: built-ins (`noop`, `shell`)
+//! - [`handlers`][]: built-ins (`noop`, `shell`)
 //! - [`logger`]: `ctx.log`, batched to `AX_LOGS` without slowing the handler
 //! - `metrics`: metric names, declared once
 

@@ -391,11 +391,11 @@ async fn cancellation_loop(shared: Shared, stop: CancellationToken) {
             message = events.next() => match message { Some(m) => m, None => return },
         };
         let instance = message.headers.as_ref().and_then(|h| h.get("Ax-Instance")).map(|v| v.as_str().to_owned());
-        if let Some(instance) = instance {
-            if let Some(running) = shared.running.lock().expect("running lock").get(&instance) {
-                tracing::info!(instance_id = %instance, "instance cancelled; stopping its attempt");
-                running.cancel.cancel();
-            }
+        if let Some(instance) = instance
+            && let Some(running) = shared.running.lock().expect("running lock").get(&instance)
+        {
+            tracing::info!(instance_id = %instance, "instance cancelled; stopping its attempt");
+            running.cancel.cancel();
         }
     }
 }

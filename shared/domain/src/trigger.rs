@@ -76,10 +76,10 @@ impl TriggerRequest {
     /// # Errors
     /// The first violated rule, naming its field.
     pub fn validate(&self) -> Result<(), FieldError> {
-        if let Some(id) = &self.trigger_id {
-            if !is_valid_trigger_id(id) {
-                return Err(FieldError::new("trigger_id", "must be 1 to 128 printable ASCII characters without spaces"));
-            }
+        if let Some(id) = &self.trigger_id
+            && !is_valid_trigger_id(id)
+        {
+            return Err(FieldError::new("trigger_id", "must be 1 to 128 printable ASCII characters without spaces"));
         }
         if !self.params.is_object() {
             return Err(FieldError::new("params", "must be a JSON object"));
@@ -90,10 +90,10 @@ impl TriggerRequest {
         if self.payload_version == Some(0) {
             return Err(FieldError::new("payload_version", "must be at least 1"));
         }
-        if let Some(delay) = self.delay_sec {
-            if delay > MAX_DELAY_SEC {
-                return Err(FieldError::new("delay_sec", format!("must be at most {MAX_DELAY_SEC}")));
-            }
+        if let Some(delay) = self.delay_sec
+            && delay > MAX_DELAY_SEC
+        {
+            return Err(FieldError::new("delay_sec", format!("must be at most {MAX_DELAY_SEC}")));
         }
         if self.delay_sec.is_some() && self.execute_at.is_some() {
             return Err(FieldError::new("execute_at", "give either delay_sec or execute_at, not both"));

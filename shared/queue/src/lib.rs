@@ -187,7 +187,7 @@ impl DueIndex {
         conn.zrem::<_, _, ()>(&self.key, members).await.map_err(|source| QueueError::Command { what: "remove due entries", source })
     }
 
-    pub async fn len(&self) -> Result<u64, QueueError> {
+    pub async fn count(&self) -> Result<u64, QueueError> {
         let mut conn = self.conn.clone();
         conn.zcard(&self.key).await.map_err(|source| QueueError::Command { what: "count due entries", source })
     }

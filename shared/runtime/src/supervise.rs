@@ -29,11 +29,9 @@ mod tests {
     use super::*;
 
     /// A component that runs until `shutdown` is cancelled, like every real one.
-    fn until_cancelled(shutdown: CancellationToken) -> impl Future<Output = anyhow::Result<()>> {
-        async move {
-            shutdown.cancelled().await;
-            Ok(())
-        }
+    async fn until_cancelled(shutdown: CancellationToken) -> anyhow::Result<()> {
+        shutdown.cancelled().await;
+        Ok(())
     }
 
     #[tokio::test]

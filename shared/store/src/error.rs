@@ -36,13 +36,13 @@ pub enum StoreError {
 impl StoreError {
     /// Maps a sqlx error raised while doing `what`.
     pub fn query(what: &'static str, source: sqlx::Error) -> Self {
-        if let sqlx::Error::Database(db) = &source {
-            if let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-                match mysql.number() {
-                    ER_DUP_ENTRY => return StoreError::Conflict { what },
-                    ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK => return StoreError::Busy { what },
-                    _ => {}
-                }
+        if let sqlx::Error::Database(db) = &source
+            && let Some(mysql) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        {
+            match mysql.number() {
+                ER_DUP_ENTRY => return StoreError::Conflict { what },
+                ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK => return StoreError::Busy { what },
+                _ => {}
             }
         }
         StoreError::Query { what, source }

@@ -91,18 +91,18 @@ impl TaskDefinition {
                 ));
             }
         }
-        if let Some(sharding) = &self.dispatch.sharding {
-            if !(1..=MAX_SHARDS).contains(&sharding.total) {
-                return Err(FieldError::new("dispatch.sharding.total", format!("must be 1 to {MAX_SHARDS}")));
-            }
+        if let Some(sharding) = &self.dispatch.sharding
+            && !(1..=MAX_SHARDS).contains(&sharding.total)
+        {
+            return Err(FieldError::new("dispatch.sharding.total", format!("must be 1 to {MAX_SHARDS}")));
         }
         if self.schema_version == 0 {
             return Err(FieldError::new("schema_version", "must be at least 1"));
         }
-        if let Some(version) = &self.min_worker_version {
-            if WorkerVersion::parse(version).is_none() {
-                return Err(FieldError::new("min_worker_version", "must be a version like 1.4 or 1.4.2"));
-            }
+        if let Some(version) = &self.min_worker_version
+            && WorkerVersion::parse(version).is_none()
+        {
+            return Err(FieldError::new("min_worker_version", "must be a version like 1.4 or 1.4.2"));
         }
         Ok(())
     }

@@ -37,10 +37,10 @@ impl ShardWork {
         if let (Command::FanOut { total }, InstanceState::Sharded(_)) = (command, &after.state) {
             self.fanned_out.push((after.clone(), *total, operator.to_owned()));
         }
-        if let Some(shard) = &after.shard {
-            if after.state.kind().is_final() && !before.state.kind().is_final() {
-                self.ended.entry(shard.parent_id.clone()).or_default().push(after.state.kind());
-            }
+        if let Some(shard) = &after.shard
+            && after.state.kind().is_final() && !before.state.kind().is_final()
+        {
+            self.ended.entry(shard.parent_id.clone()).or_default().push(after.state.kind());
         }
         if let (InstanceState::Sharded(_), Command::Cancel { reason }) = (&before.state, command) {
             self.cancelled.push((before.id.clone(), reason.clone()));
