@@ -38,7 +38,8 @@ async fn a_trigger_on_nats_runs_through_every_state_and_each_is_an_event() {
     let port = free_port();
     let api = format!("http://127.0.0.1:{port}");
     let http = [("AX_HTTP_ADDR", format!("127.0.0.1:{port}"))];
-    let _scheduler = AxProcess::spawn(&env, &["scheduler"], &[]);
+    let metrics_port = free_port();
+    let _scheduler = AxProcess::spawn(&env, &["scheduler"], &[("AX_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))]);
     let _api = AxProcess::spawn(&env, &["api"], &http);
     let _worker = AxProcess::spawn(&env, &["worker", "--tags", "e2e"], &[]);
     wait_for_api(&api).await;
@@ -119,6 +120,11 @@ async fn a_trigger_on_nats_runs_through_every_state_and_each_is_an_event() {
         }
     })
     .await;
+
+    // The scheduler counted the one duplicate that reached it (the header duplicate
+    // never did: JetStream dropped it).
+    let metrics = client.get(format!("http://127.0.0.1:{metrics_port}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l == "ax_intake_triggers_duplicate_total 1"), "{metrics}");
 
     // The instance over HTTP, with its audit trail.
     let instance: Value = client.get(format!("{api}/api/v1/instances/{instance_id}")).send().await.unwrap().json().await.unwrap();

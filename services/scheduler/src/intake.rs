@@ -92,13 +92,22 @@ async fn handle_batch(shared: &Shared, messages: Vec<Message>) {
     match shared.deps.store.create_instances(&batch).await {
         Ok(outcomes) => {
             for ((p, new), outcome) in accepted.iter().zip(&batch).zip(&outcomes) {
-                if let CreateOutcome::Created(id) = outcome {
-                    ::metrics::counter!(metrics::INSTANCES_CREATED, "task" => new.task_name.clone(), "trigger" => "event").increment(1);
-                    if let Ok(info) = p.message.info() {
-                        let delay = (chrono::Utc::now() - info.published).as_seconds_f64();
-                        ::metrics::histogram!(metrics::SCHEDULE_DELAY).record(delay.max(0.0));
+                match outcome {
+                    CreateOutcome::Created(id) => {
+                        ::metrics::counter!(metrics::INSTANCES_CREATED, "task" => new.task_name.clone(), "trigger" => "event").increment(1);
+                        if let Ok(info) = p.message.info() {
+                            let delay = (chrono::Utc::now() - info.published).as_seconds_f64();
+                            ::metrics::histogram!(metrics::SCHEDULE_DELAY).record(delay.max(0.0));
+                        }
+                        tracing::debug!(instance_id = %id, task = %new.task_name, trigger_id = %new.trigger_id, "instance created");
                     }
-                    tracing::debug!(instance_id = %id, task = %new.task_name, trigger_id = %new.trigger_id, "instance created");
+                    // An upstream retry, or a redelivery after a lost ack: the trigger
+                    // id already made its instance.
+                    CreateOutcome::Duplicate(id) => {
+                        ::metrics::counter!(metrics::TRIGGERS_DUPLICATE).increment(1);
+                        let delivered = p.message.info().map(|i| i.delivered).unwrap_or(0);
+                        tracing::debug!(instance_id = %id, task = %new.task_name, trigger_id = %new.trigger_id, delivered, "duplicate trigger: its instance exists");
+                    }
                 }
                 if let Err(err) = p.message.ack().await {
                     tracing::warn!(error = %err, "ack of a committed trigger failed; its redelivery will be a duplicate");

@@ -2,6 +2,7 @@
 
 pub const TRIGGERS_RECEIVED: &str = "ax_intake_triggers_total";
 pub const TRIGGERS_REFUSED: &str = "ax_intake_triggers_refused_total";
+pub const TRIGGERS_DUPLICATE: &str = "ax_intake_triggers_duplicate_total";
 pub const INSTANCES_CREATED: &str = "ax_instances_created_total";
 pub const SCHEDULE_DELAY: &str = "ax_schedule_delay_seconds";
 pub const DISPATCHED: &str = "ax_dispatch_instances_total";
@@ -29,6 +30,7 @@ pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(TRIGGERS_RECEIVED, "Trigger messages taken from AX_TRIGGERS");
     describe_counter!(TRIGGERS_REFUSED, "Trigger messages acknowledged without an instance, by reason");
+    describe_counter!(TRIGGERS_DUPLICATE, "Trigger messages whose trigger id had already made its instance (upstream retries, redeliveries)");
     describe_counter!(INSTANCES_CREATED, "Instances created, by task and trigger type");
     describe_histogram!(SCHEDULE_DELAY, Unit::Seconds, "From trigger publish to instance committed");
     describe_counter!(DISPATCHED, "Instances dispatched to a worker, by task");
