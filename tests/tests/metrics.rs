@@ -99,6 +99,7 @@ async fn metrics_count_five_successes_two_failures_and_one_retry() {
     assert_eq!(value("ax_monitor_events_total", &[("kind", "instance_transitioned")]), (5.0 + 2.0) * 4.0 + 8.0);
     assert_eq!(value("ax_monitor_events_total", &[("kind", "task_changed")]), 3.0);
     assert!(page.contains("ax_instance_run_duration_seconds_bucket{"), "durations are histograms");
+    assert!(value("ax_dispatch_pass_seconds_count", &[]) >= 1.0, "dispatch passes are timed");
 
     // The periodic pass sets the gauges: nothing is left unfinished, one worker is alive.
     eventually(Duration::from_secs(10), "the worker pool gauge", || async {

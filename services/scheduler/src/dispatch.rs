@@ -95,7 +95,14 @@ pub(crate) async fn run(shared: Shared, term: Term) -> anyhow::Result<()> {
         last_pass = tokio::time::Instant::now();
         // Drain: keep passing while passes are full.
         loop {
-            match pass(&shared, &term).await {
+            let started = std::time::Instant::now();
+            let passed = pass(&shared, &term).await;
+            if let Ok(done) = &passed
+                && done.looked > 0
+            {
+                ::metrics::histogram!(metrics::DISPATCH_PASS).record(started.elapsed().as_secs_f64());
+            }
+            match passed {
                 // Fanned-out firings left shards due now.
                 Ok(done) if done.fanned_out > 0 || done.cancelled > 0 || (done.moved > 0 && done.looked >= BATCH as usize) => continue,
                 Ok(_) => break,

@@ -7,6 +7,7 @@ pub const INSTANCES_CREATED: &str = "ax_instances_created_total";
 pub const SCHEDULE_DELAY: &str = "ax_schedule_delay_seconds";
 pub const DISPATCHED: &str = "ax_dispatch_instances_total";
 pub const DISPATCH_NO_WORKER: &str = "ax_dispatch_no_worker_total";
+pub const DISPATCH_PASS: &str = "ax_dispatch_pass_seconds";
 pub const REPORTS: &str = "ax_reports_total";
 pub const REPORTS_REJECTED: &str = "ax_reports_rejected_total";
 pub const TRANSITION_BATCH: &str = "ax_transition_batch_size";
@@ -34,6 +35,7 @@ pub fn describe() {
     describe_counter!(INSTANCES_CREATED, "Instances created, by task and trigger type");
     describe_histogram!(SCHEDULE_DELAY, Unit::Seconds, "From trigger publish to instance committed");
     describe_counter!(DISPATCHED, "Instances dispatched to a worker, by task");
+    describe_histogram!(DISPATCH_PASS, Unit::Seconds, "One dispatch pass that found due instances: reads, worker choice, the commit and the Redis push");
     describe_counter!(DISPATCH_NO_WORKER, "Due instances left waiting because no worker was eligible, by task");
     describe_counter!(REPORTS, "Worker reports, by outcome");
     describe_counter!(REPORTS_REJECTED, "Worker reports refused by the guarded transition, by reason");
