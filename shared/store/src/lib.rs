@@ -177,6 +177,20 @@ impl Store {
 }
 
 /// `CREATE DATABASE IF NOT EXISTS` through a connection without a default database.
+/// Begins one transaction under READ COMMITTED (the connection keeps its default
+/// for the next). For transactions whose locking reads need only the rows they
+/// name: under REPEATABLE READ those reads also lock gaps and neighbours, and
+/// concurrent transactions inserting next to each other's keys wait on and
+/// deadlock with each other. A unique key still decides every race.
+pub(crate) async fn begin_read_committed<'c>(
+    conn: &'c mut sqlx::MySqlConnection,
+    what: &'static str,
+) -> Result<sqlx::Transaction<'c, sqlx::MySql>, StoreError> {
+    use crate::error::Context;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await.at(what)?;
+    sqlx::Connection::begin(conn).await.at(what)
+}
+
 async fn create_database_if_missing(url: &str, database: &str) -> Result<(), StoreError> {
     use sqlx::Connection;
     let server_url = match url.rsplit_once('/') {

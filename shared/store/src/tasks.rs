@@ -86,15 +86,14 @@ impl Store {
     async fn register_once(&self, definition: &TaskDefinition, operator: &str) -> Result<Registered, StoreError> {
         let now = ax_domain::now();
         let json = definition.to_json();
-        // READ COMMITTED for this one transaction: under REPEATABLE READ the locking
-        // read of a name not registered yet (and of the new task's cron schedules)
-        // takes a gap lock, and concurrent first registrations, each then inserting
-        // into the gap the other locked, deadlocked (1,711 of 100,000 registrations
-        // at 8 at once came back Busy). The unique name still decides a race: the
-        // loser's insert fails as a duplicate and is retried as an update.
+        // Under REPEATABLE READ the locking read of a name not registered yet (and
+        // of the new task's cron schedules) took a gap lock, and concurrent first
+        // registrations, each then inserting into the gap the other locked,
+        // deadlocked (1,711 of 100,000 registrations at 8 at once came back Busy).
+        // The unique name still decides a race: the loser's insert fails as a
+        // duplicate and is retried as an update.
         let mut conn = self.pool.acquire().await.at("begin register task")?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await.at("begin register task")?;
-        let mut tx = sqlx::Connection::begin(&mut *conn).await.at("begin register task")?;
+        let mut tx = crate::begin_read_committed(&mut conn, "begin register task").await?;
         let current: Option<TaskRow> = sqlx::query_as(include_str!("../queries/task_lock_by_name.sql"))
             .bind(&definition.task_name)
             .fetch_optional(&mut *tx)
@@ -220,7 +219,7 @@ impl Store {
     /// absent from the answer.
     pub async fn task_versions(&self, wanted: &[(TaskId, u32)]) -> Result<Vec<(TaskId, u32, TaskDefinition)>, StoreError> {
         let mut found = Vec::with_capacity(wanted.len());
-        for piece in wanted.chunks(VERSIONS_PER_READ) {
+        for piece in wanted.chunks(ROWS_PER_READ) {
             let mut query = sqlx::QueryBuilder::new("SELECT task_id, version, definition FROM task_versions WHERE (task_id, version) IN (");
             let mut list = query.separated(", ");
             for (task_id, version) in crate::shapes::padded(piece) {
@@ -240,8 +239,9 @@ impl Store {
     }
 }
 
-/// Versions per read in [`Store::task_versions`]: two placeholders each.
-const VERSIONS_PER_READ: usize = 1024;
+/// Rows asked for per read in [`Store::task_versions`] (two placeholders each) and
+/// [`Store::tasks_not_enabled`] (one).
+const ROWS_PER_READ: usize = 1024;
 
 impl Store {
     /// Which of `tasks` are disabled or deleted now, and since when (their last
@@ -252,7 +252,7 @@ impl Store {
         wanted.sort_unstable();
         wanted.dedup();
         let mut found: HashMap<String, (bool, Timestamp)> = HashMap::with_capacity(wanted.len());
-        for piece in wanted.chunks(VERSIONS_PER_READ) {
+        for piece in wanted.chunks(ROWS_PER_READ) {
             let mut query = sqlx::QueryBuilder::new("SELECT id, enabled = 1 AND deleted_at IS NULL, updated_at FROM tasks WHERE id IN (");
             let mut list = query.separated(", ");
             for task_id in crate::shapes::padded(piece) {
@@ -296,8 +296,8 @@ impl Store {
     /// dispatcher cancels it if the task is disabled then, so disabling and enabling
     /// again within the planner's window skips no fire. `None` if no such task.
     pub async fn set_enabled(&self, name: &str, enabled: bool, operator: &str) -> Result<Option<TaskRecord>, StoreError> {
-        // The planner's fire locks a schedule, then its task row: a deadlock with a
-        // fire is retried.
+        // Only the task row is locked here; a planner's fire may hold it (it locks
+        // schedules, then task rows), and a lock wait that runs out is retried.
         retry_busy(|| self.set_enabled_once(name, enabled, operator)).await
     }
 

@@ -74,14 +74,11 @@ impl Store {
         }
         let outcomes = retry_busy(|| async {
             let mut conn = self.hot().await?;
-            // READ COMMITTED for this one transaction: under REPEATABLE READ the
-            // locking read of the claimed trigger ids took next-key locks, so
-            // concurrent batches (intake commits several at once) locked each
-            // other's neighbouring ids, waited and deadlocked (3 deadlocks and 0.9 s
-            // of lock waits in one 10,000-trigger benchmark run). The claim needs
-            // only its own rows locked; the primary key still decides every race.
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await.at("begin create instances")?;
-            let mut tx = sqlx::Connection::begin(&mut *conn).await.at("begin create instances")?;
+            // Under REPEATABLE READ the claim's locking read of its trigger ids took
+            // next-key locks, so concurrent batches (intake commits several at
+            // once) waited on and deadlocked with each other (3 deadlocks and 0.9 s
+            // of lock waits in one 10,000-trigger benchmark run).
+            let mut tx = crate::begin_read_committed(&mut conn, "begin create instances").await?;
             let outcomes = self.create_in(&mut tx, batch).await?;
             tx.commit().await.at("commit create instances")?;
             conn.done();
