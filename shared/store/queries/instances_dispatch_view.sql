@@ -3,7 +3,7 @@
 -- instances whose next attempt is due (released to CREATED before the due read).
 -- ORDER BY NULL: the counts need no order, and MariaDB sorts a GROUP BY otherwise.
 (SELECT 'held' AS kind, worker_id AS ref, COUNT(*) AS n
- FROM instances FORCE INDEX (ix_instances_held)
+ FROM instances FORCE INDEX (ix_instances_state)
  WHERE state IN ('DISPATCHED', 'RUNNING')
  GROUP BY worker_id
  ORDER BY NULL)

@@ -1,6 +1,6 @@
 -- CREATED and RETRYING instances due after a time, soonest first, and whether
 -- each is a cron fire created ahead (a CREATED cron instance not due yet). One branch per
--- (state, priority) reads ix_instances_ready (state, priority, due_at) as a range
+-- (state, priority) reads ix_instances_state (state, priority, due_at, …) as a range
 -- in due order and stops at the limit; `state IN (…)` over the whole index instead
 -- read every CREATED row of a backlog and sorted them.
 SELECT id, due_at, cron_fire FROM (
