@@ -8,7 +8,11 @@
 -- workers' slots, so they lose nothing by scanning the held states' range of
 -- this index instead of their own; the ready reads keep their (state, priority,
 -- due_at) prefix and its order.
+--
+-- `trigger_type` (never changed after the insert) closes it for the timer's
+-- future-due read, which tells cron fires created ahead from other instances: it
+-- reads the index alone instead of looking up every row it returns.
 ALTER TABLE instances
     DROP INDEX ix_instances_ready,
     DROP INDEX ix_instances_held,
-    ADD INDEX ix_instances_state (state, priority, due_at, worker_id, lease_expires_at, deadline_at);
+    ADD INDEX ix_instances_state (state, priority, due_at, worker_id, lease_expires_at, deadline_at, trigger_type);
