@@ -5,12 +5,12 @@
 //! transaction, with trigger id `cron:<trigger index>:<fire time ms>`, so a fire
 //! happens at most once across restarts, failovers and double planning. For a
 //! task without a concurrency limit the planner does this as the fire enters the
-//! window, up to [`WINDOW`] ahead: the instance is due at the fire time, the timer
+//! window, up to `WINDOW` ahead: the instance is due at the fire time, the timer
 //! wakes the dispatcher then, which cancels it if the task was disabled by then;
 //! deleting the task or changing the trigger cancels what is not due yet at once.
 //! A task with a limit has its fire indexed in Redis and created at its second by
-//! the timer, as the limit is decided on what runs then. Fires that were missed (no leader, a disabled task enabled again) follow
-//! the trigger's misfire policy.
+//! the timer, as the limit is decided on what runs then. Fires that were missed
+//! (no leader, a disabled task enabled again) follow the trigger's misfire policy.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};

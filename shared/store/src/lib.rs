@@ -176,7 +176,6 @@ impl Store {
     }
 }
 
-/// `CREATE DATABASE IF NOT EXISTS` through a connection without a default database.
 /// Begins one transaction under READ COMMITTED (the connection keeps its default
 /// for the next). For transactions whose locking reads need only the rows they
 /// name: under REPEATABLE READ those reads also lock gaps and neighbours, and
@@ -191,6 +190,7 @@ pub(crate) async fn begin_read_committed<'c>(
     sqlx::Connection::begin(conn).await.at(what)
 }
 
+/// `CREATE DATABASE IF NOT EXISTS` through a connection without a default database.
 async fn create_database_if_missing(url: &str, database: &str) -> Result<(), StoreError> {
     use sqlx::Connection;
     let server_url = match url.rsplit_once('/') {
